@@ -1,0 +1,88 @@
+"""The evaluator's typed answer: a Verdict with a status, metrics, evidence and the candidate's log tail."""
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Status(str, Enum):
+    PASS = "pass"  # correct and faster than the baseline beyond noise
+    BUILD_ERROR = "build_error"  # import / build_engine failed or the API is not implemented
+    CRASH = "crash"  # Python exception, segfault, sys.exit, killed by a signal
+    TIMEOUT = "timeout"  # a stage ran past its limit
+    OOM = "oom"  # host or device memory exhausted
+    CUDA_FAULT = "cuda_fault"  # illegal address, device assert, ... (the worker/GPU slot is recycled)
+    MISMATCH = "mismatch"  # teacher-forced logits, codec waveform or streaming disagree with the reference
+    CHEAT_SUSPECTED = "cheat_suspected"  # tampering, caching, lazy/aliased outputs, implausible timing, ...
+    SLOWER = "slower"  # correct, but not faster beyond noise
+    NOISY = "noisy"  # correct, but the timing spread is too large to decide
+
+    @property
+    def is_correct(self) -> bool:
+        return self in (Status.PASS, Status.SLOWER, Status.NOISY)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Evidence(_Model):
+    """One finding, located as precisely as the check allows."""
+
+    check: str  # e.g. "teacher_forced", "codec", "stream", "timing", "sandbox"
+    message: str
+    prompt: str | None = None
+    frame: int | None = None
+    codebook: int | None = None  # 0 = main token (EOS + semantic), 1..9 = residual codes
+    value: float | None = None
+    limit: float | None = None
+
+
+class PromptFigures(_Model):
+    """Benchmark figures for one prompt, over the warm trials."""
+
+    prompt: str
+    trials: int
+    ttfa_ms_p50: float
+    ttfa_ms_p95: float
+    frames_per_s_p50: float
+    frames_per_s_p95: float
+    rtf_p50: float
+    rtf_p95: float
+
+
+class BenchResult(_Model):
+    engine: str  # "candidate" or "baseline"
+    prompts: list[PromptFigures]
+    peak_memory_gib: float | None = None
+
+    def median(self, field: str) -> float:
+        values = sorted(getattr(p, field) for p in self.prompts)
+        return values[len(values) // 2]
+
+
+class Comparison(_Model):
+    """Candidate vs baseline, measured interleaved (ABAB) in one run."""
+
+    speedup: float  # frames/s ratio candidate / baseline (median over paired trials)
+    ci_low: float
+    ci_high: float
+    threshold: float  # the lower CI bound must clear this (target min_speedup, raised by A/A noise)
+    ttfa_ratio: float  # candidate TTFA / baseline TTFA
+
+
+class Verdict(_Model):
+    status: Status
+    candidate: str
+    baseline: str
+    summary: str  # one line a human reads first
+    evidence: list[Evidence] = []
+    candidate_bench: BenchResult | None = None
+    baseline_bench: BenchResult | None = None
+    comparison: Comparison | None = None
+    free_running_agreement_frames: list[int] = []  # per prompt: frames equal before first divergence
+    stage_seconds: dict[str, float] = {}
+    log_tail: str = ""
+    hardware: str = ""
+    software: str = ""  # torch / triton / CUDA versions
