@@ -1,0 +1,22 @@
+"""The Agent interface every proposer implements (LLM providers and the offline proposer)."""
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from ..proposal import Proposal, ProposalContext
+
+
+class AgentError(RuntimeError):
+    """An agent could not produce a usable proposal (API failure after retries, budget cap, unparseable answer)."""
+
+
+class BudgetExceeded(AgentError):
+    """The hard dollar cap would be crossed by this call."""
+
+
+@runtime_checkable
+class Agent(Protocol):
+    name: str
+
+    def propose(self, context: ProposalContext) -> Proposal:
+        """One candidate variant of the parent engine, as strict SEARCH/REPLACE edits."""

@@ -1,0 +1,50 @@
+"""What agents exchange with the loop: the context a proposal is made from, and the proposal itself."""
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class FileEdit(_Model):
+    """One SEARCH/REPLACE block over a named engine file; `search == ""` creates a new file."""
+
+    path: str  # relative to the engine package root, e.g. "moe.py"
+    search: str
+    replace: str
+
+
+class Lesson(_Model):
+    feature: str  # architecture feature it concerns: "fp8_moe", "linear_attention", "codebook_mtp", "codec", ...
+    outcome: str  # "worked" | "failed"
+    summary: str
+    evidence: str = ""
+
+
+class ProposalContext(_Model):
+    target_name: str
+    model_config_name: str
+    device: str  # "cpu" | "cuda"
+    gpu: str | None
+    parent_id: str
+    parent_files: dict[str, str]  # path -> source of the parent engine package
+    parent_figures: str  # benchmark / profile figures of the parent, human-readable
+    acceptance: str  # the acceptance criteria still unmet, human-readable
+    failures: list[str] = []  # evidence of recent failing verdicts (and edit errors) to avoid repeating
+    lessons: list[Lesson] = []
+    applied_transforms: list[str] = []  # transforms already in the parent's lineage
+    iteration: int = 0
+    slot: int = 0  # which of the parallel proposals this is (agents diversify on it)
+
+
+class Proposal(_Model):
+    agent: str
+    title: str
+    rationale: str
+    edits: list[FileEdit]
+    transforms: list[str] = []  # names of knowledge-base transforms this proposal applies (offline proposer)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
