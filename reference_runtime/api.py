@@ -120,6 +120,9 @@ class AudioChunk:
     audio: torch.Tensor  # (samples,) float32 on CPU, 44.1 kHz mono in [-1, 1]
     frame_start: int
     frame_end: int
+    # (frame_end - frame_start, 11) int64 on CPU: the frames this chunk's audio decodes. The evaluator
+    # audits a timed stream by teacher-forcing the oracle on them, so every engine must fill it.
+    frames: torch.Tensor | None = None
 
 
 @dataclass(frozen=True, slots=True)

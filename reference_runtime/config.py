@@ -69,6 +69,7 @@ class CodecConfig:
     sample_rate: int = 44100
     semantic_codebook_size: int = 4096
     residual_codebook_size: int = 1024
+    residual_codebooks: int = 9  # codes 1..9
     codebook_dim: int = 8
     latent_dim: int = 1024
     transformer_layers: int = 8
@@ -105,6 +106,7 @@ class Drama3Config:
     def __post_init__(self) -> None:
         assert self.codec.frame_samples == 2048, "Drama 3 frames are 2048 samples (46.4 ms at 44.1 kHz)"
         assert self.codec.semantic_codebook_size == self.codebook_size
+        assert self.codec.residual_codebooks == self.num_codebooks - 1
         assert self.codec.residual_codebook_size <= self.tower.head_size
         assert self.tower.num_shared_layers >= 1 and self.num_codebooks >= 2
 

@@ -160,6 +160,7 @@ def default_dtype(config: Drama3Config) -> torch.dtype:
 
 
 def codec_dtype(device: torch.device, compute_dtype: torch.dtype) -> torch.dtype:
+    """Codec weights are float32 on CPU and the compute dtype on GPU (docs/weights.md)."""
     return torch.float32 if device.type == "cpu" else compute_dtype
 
 
@@ -168,6 +169,7 @@ def _tensor_seed(seed: int, name: str) -> int:
 
 
 def _draw(name: str, spec: WeightSpec, seed: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """One tensor from its own generator seeded by (seed, name); shared with `codec_weights.init_codec_weights`."""
     gen = torch.Generator(device=device)
     gen.manual_seed(_tensor_seed(seed, name))
     init = spec.init

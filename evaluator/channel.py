@@ -1,0 +1,139 @@
+"""Length-prefixed messages between the judge (parent) and a worker, over two pipes the parent created.
+
+Parent -> worker: pickles (the worker trusts the parent). Worker -> parent: `torch.save` payloads that the
+parent reads with `torch.load(weights_only=True)`, which builds only tensors and plain containers, so a
+hostile worker cannot make the judge run code (E7); payloads are size-capped. The parent side never blocks:
+every read and write polls against a deadline and calls `on_tick` (memory watch, liveness) while it waits.
+"""
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import select
+import struct
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+HEADER = struct.Struct("<Q")
+MAX_MESSAGE_BYTES = 1 << 30
+TICK_S = 0.05
+
+
+class ChannelClosed(Exception):
+    """The other end closed its pipe (the worker exited or closed the fd)."""
+
+
+class ChannelTimeout(Exception):
+    """The deadline passed before a whole message moved."""
+
+
+class ProtocolError(Exception):
+    """The worker sent bytes that are not a well-formed message."""
+
+
+class WorkerChannel:
+    """The worker's end: blocking, simple."""
+
+    def __init__(self, fd_in: int, fd_out: int):
+        self._in, self._out = fd_in, fd_out
+
+    def recv(self) -> Any:
+        (size,) = HEADER.unpack(self._read(HEADER.size))
+        return pickle.loads(self._read(size))
+
+    def send(self, message: dict) -> None:
+        buf = io.BytesIO()
+        torch.save(message, buf)
+        data = HEADER.pack(buf.getbuffer().nbytes) + buf.getvalue()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._out, view):]
+
+    def _read(self, n: int) -> bytes:
+        chunks, left = [], n
+        while left:
+            chunk = os.read(self._in, min(left, 1 << 20))
+            if not chunk:
+                raise ChannelClosed("the judge closed the channel")
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+
+
+class JudgeChannel:
+    """The parent's end: non-blocking fds, deadline-bounded send/recv, messages decoded safely."""
+
+    def __init__(self, fd_read: int, fd_write: int):
+        self._r, self._w = fd_read, fd_write
+        os.set_blocking(fd_read, False)
+        os.set_blocking(fd_write, False)
+        self._buf = bytearray()
+
+    def send(self, message: Any, deadline: float, on_tick: Callable[[], None]) -> None:
+        payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        view = memoryview(HEADER.pack(len(payload)) + payload)
+        while view:
+            if not self._wait(select.POLLOUT, self._w, deadline, on_tick):
+                continue
+            try:
+                view = view[os.write(self._w, view):]
+            except BlockingIOError:
+                continue
+            except BrokenPipeError as e:
+                raise ChannelClosed("the worker closed its input pipe") from e
+
+    def recv(self, deadline: float, on_tick: Callable[[], None]) -> tuple[dict, float]:
+        """The next message and `time.perf_counter()` when its last byte arrived (the judge's clock)."""
+        while True:
+            message = self._take()
+            if message is not None:
+                return message
+            if self._wait(select.POLLIN, self._r, deadline, on_tick):
+                try:
+                    chunk = os.read(self._r, 1 << 22)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    raise ChannelClosed("the worker closed its output pipe")
+                self._buf += chunk
+
+    def close(self) -> None:
+        for fd in (self._r, self._w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def _take(self) -> tuple[dict, float] | None:
+        if len(self._buf) < HEADER.size:
+            return None
+        (size,) = HEADER.unpack_from(self._buf)
+        if size > MAX_MESSAGE_BYTES:
+            raise ProtocolError(f"a {size}-byte message is over the {MAX_MESSAGE_BYTES}-byte cap")
+        if len(self._buf) < HEADER.size + size:
+            return None
+        arrived = time.perf_counter()
+        body = bytes(self._buf[HEADER.size:HEADER.size + size])
+        del self._buf[:HEADER.size + size]
+        try:
+            message = torch.load(io.BytesIO(body), weights_only=True, map_location="cpu")
+        except Exception as e:  # any undecodable payload is the worker's fault, never the judge's crash
+            raise ProtocolError(f"undecodable message ({type(e).__name__}: {e})") from e
+        if not isinstance(message, dict) or not isinstance(message.get("kind"), str):
+            raise ProtocolError(f"a message must be a dict with a 'kind'; got {type(message).__name__}")
+        return message, arrived
+
+    @staticmethod
+    def _wait(event: int, fd: int, deadline: float, on_tick: Callable[[], None]) -> bool:
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            raise ChannelTimeout("deadline passed")
+        poller = select.poll()
+        poller.register(fd, event | select.POLLHUP | select.POLLERR)
+        ready = poller.poll(min(left, TICK_S) * 1000)
+        on_tick()
+        return bool(ready)

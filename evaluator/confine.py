@@ -1,0 +1,162 @@
+"""Worker-side confinement, applied by harness code before any candidate code is imported.
+
+As root: a new network namespace (no network, loopback down), a new mount namespace where /tmp and /var/tmp are
+the worker's private tmp and /dev/shm a small fresh tmpfs, the candidate package bind-mounted read-only, then the
+worker becomes its own unprivileged uid (one per worker, so workers cannot signal or ptrace each other and the
+judge can find and kill every process the worker started, even after setsid), with RLIMIT_NPROC against fork
+bombs and no_new_privs against setuid binaries. Each step that the OS refuses is skipped with a note that the
+judge logs and puts in the verdict's evidence; nothing here raises.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import resource
+import stat
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CLONE_NEWNS, CLONE_NEWNET = 0x00020000, 0x40000000
+MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 32, 4096, 16384, 1 << 18
+PR_SET_KEEPCAPS, PR_SET_NO_NEW_PRIVS = 8, 38
+CAP_DAC_READ_SEARCH = 2
+LINUX_CAPABILITY_VERSION_3 = 0x20080522
+NPROC_LIMIT = 1024  # threads count too: torch and CUDA start tens of them per worker
+FSIZE_LIMIT = 4 << 30
+SHM_SIZE = "512m"
+
+
+@dataclass(frozen=True, slots=True)
+class Confinement:
+    """What the judge asks for. `uid` None = leave the uid alone (the judge is not root)."""
+
+    private_tmp: str
+    package_root: str | None  # the directory holding the candidate package (mounted read-only)
+    uid: int | None
+
+
+@dataclass(slots=True)
+class Confined:
+    """What was applied: where the package and the tmp dir are now, and a note for each skipped step."""
+
+    package_root: str | None
+    tmp: str
+    notes: list[str] = field(default_factory=list)
+
+
+def confine(c: Confinement) -> Confined:
+    out = Confined(package_root=c.package_root, tmp=c.private_tmp)
+    _limit(resource.RLIMIT_CORE, 0, out)
+    _limit(resource.RLIMIT_FSIZE, FSIZE_LIMIT, out)
+    if os.geteuid() != 0:
+        out.notes.append("not root: no network/mount namespace and no uid drop; the worker keeps the host "
+                         "network and the judge's uid (run the evaluator as root to confine workers)")
+        return out
+    _unshare(CLONE_NEWNET, "network namespace", out)
+    if _unshare(CLONE_NEWNS, "mount namespace", out):
+        _private_mounts(c, out)
+    _drop_privileges(c.uid, out)
+    return out
+
+
+def _private_mounts(c: Confinement, out: Confined) -> None:
+    if not _mount(None, "/", None, MS_REC | MS_PRIVATE, None, out):
+        return
+    tmp = Path(c.private_tmp)
+    if c.package_root is not None:
+        target = tmp / "pkgs"
+        if _mount(c.package_root, str(target), None, MS_BIND | MS_REC, None, out) and \
+                _mount(None, str(target), None, MS_BIND | MS_REMOUNT | MS_RDONLY, None, out):
+            out.package_root = str(target)
+    hidden = [p for p in _import_roots() if _under(p, ("/tmp", "/var/tmp"))]
+    if hidden:
+        out.notes.append(f"kept the host /tmp: {hidden[0]} is under it and must stay importable")
+    elif _mount(str(tmp), "/tmp", None, MS_BIND | MS_REC, None, out):
+        if out.package_root == str(tmp / "pkgs"):
+            out.package_root = "/tmp/pkgs"
+        out.tmp = "/tmp"
+        if Path("/var/tmp").is_dir():
+            _mount("/tmp", "/var/tmp", None, MS_BIND | MS_REC, None, out)
+    _mount("tmpfs", "/dev/shm", "tmpfs", 0, f"size={SHM_SIZE},mode=1777", out)
+
+
+def _drop_privileges(uid: int | None, out: Confined) -> None:
+    if uid is None:
+        out.notes.append("no uid given: the worker stays root")
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    unreadable = [p for p in _import_roots() if not _world_readable(p)]
+    keep_read = bool(unreadable)
+    try:
+        if keep_read:
+            libc.prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0)
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+        if keep_read:
+            _capset(libc, 1 << CAP_DAC_READ_SEARCH)
+            out.notes.append(
+                f"{unreadable[0]} is not world-readable, so the worker (uid {uid}) keeps CAP_DAC_READ_SEARCH to "
+                "import from it: it can read any file but write only its tmp (install Python and the repo in "
+                "world-readable directories to drop this)")
+        _limit(resource.RLIMIT_NPROC, NPROC_LIMIT, out)
+    except OSError as e:
+        out.notes.append(f"uid drop to {uid} failed ({e}); the worker stays root")
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        out.notes.append(f"no_new_privs refused (errno {ctypes.get_errno()})")
+
+
+def _capset(libc: ctypes.CDLL, mask: int) -> None:
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+    data = (Data * 2)()
+    data[0].effective = data[0].permitted = mask
+    if libc.capset(ctypes.byref(Header(LINUX_CAPABILITY_VERSION_3, 0)), data) != 0:
+        raise OSError(ctypes.get_errno(), "capset failed")
+
+
+def _unshare(flag: int, what: str, out: Confined) -> bool:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(flag) == 0:
+        return True
+    out.notes.append(f"{what} refused (errno {ctypes.get_errno()}: {os.strerror(ctypes.get_errno())})")
+    return False
+
+
+def _mount(src: str | None, target: str, fstype: str | None, flags: int, data: str | None, out: Confined) -> bool:
+    libc = ctypes.CDLL(None, use_errno=True)
+    enc = (lambda s: None if s is None else s.encode())
+    if libc.mount(enc(src), enc(target), enc(fstype), flags, enc(data)) == 0:
+        return True
+    err = ctypes.get_errno()
+    out.notes.append(f"mount {src or ''} -> {target} refused (errno {err}: {os.strerror(err)})")
+    return False
+
+
+def _limit(which: int, value: int, out: Confined) -> None:
+    try:
+        resource.setrlimit(which, (value, value))
+    except (ValueError, OSError) as e:
+        out.notes.append(f"setrlimit {which} = {value} refused ({e})")
+
+
+def _import_roots() -> list[str]:
+    """Where later imports come from: the interpreter's prefixes and every existing sys.path entry."""
+    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path}
+    return sorted(str(Path(p).resolve()) for p in roots if p and Path(p).is_dir())
+
+
+def _under(path: str, tops: tuple[str, ...]) -> bool:
+    return any(path == t or path.startswith(t + "/") for t in tops)
+
+
+def _world_readable(path: str) -> bool:
+    p = Path(path)
+    if not os.stat(p).st_mode & stat.S_IROTH:
+        return False
+    return all(os.stat(d).st_mode & stat.S_IXOTH for d in [p, *p.parents])

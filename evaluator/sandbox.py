@@ -1,0 +1,266 @@
+"""The judge's handle on one worker process: spawn it confined, talk to it with deadlines, freeze, kill, classify.
+
+Each engine (oracle, baseline, candidate) runs in a fresh `python -m evaluator.worker` (never forked from the
+judge), in its own session and, as root, under its own fresh uid (confine.py). The candidate directory is copied
+into the work dir, made read-only and imported under a neutral name. The environment is an allow-list (no API
+keys). The judge never blocks on a worker: every exchange has a deadline, after which the whole worker (group and
+uid) is SIGKILLed; its RSS is summed from /proc while the judge waits, over the target's memory limit the worker is
+killed as `oom`. Every way a worker can end (timeout, exit, signal, traceback, CUDA fault, garbled channel) becomes
+a `WorkerFailure` carrying a Status and the log tail, which evaluate() turns into a Verdict.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from targets.schema import Target
+
+from . import procs
+from .channel import ChannelClosed, ChannelTimeout, JudgeChannel, ProtocolError
+from .confine import Confinement
+from .verdict import Status
+from .worker import CUDA_FAULT_MARKERS, WorkerInit
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+REFERENCE_DIR = REPO_ROOT / "reference_runtime" / "model"
+ORACLE_PACKAGE = "reference_runtime.model"
+NEUTRAL_PACKAGE = "engine_under_test"
+PASS_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "TRITON_PTXAS_PATH",
+            "TORCH_CUDA_ARCH_LIST", "OMP_NUM_THREADS")
+UID_BASE, UID_SPAN = 3_000_000, 1_000_000
+RSS_CHECK_S = 0.25
+LOG_TAIL_CHARS = 4000
+CATEGORY_STATUS = {"oom": Status.OOM, "cuda_fault": Status.CUDA_FAULT, "violation": Status.CHEAT_SUSPECTED,
+                   "exception": Status.CRASH}
+
+
+class WorkerFailure(Exception):
+    def __init__(self, role: str, status: Status, message: str, log_tail: str = ""):
+        super().__init__(f"{role}: {message}")
+        self.role, self.status, self.message, self.log_tail = role, status, message, log_tail
+
+
+@dataclass(frozen=True, slots=True)
+class Deadline:
+    at: float  # time.perf_counter() value
+    stage: str
+    limit_s: float
+
+    @classmethod
+    def after(cls, seconds: float, stage: str) -> Deadline:
+        return cls(time.perf_counter() + seconds, stage, seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    fingerprint: str
+    fingerprint_after: str
+    build_s: float
+    notes: list[str]
+    hardware: str
+    software: str
+
+
+def copy_package(source: Path, dest: Path) -> None:
+    """A read-only copy; symlinks stay links, so a link to a secret is not copied as root-readable content."""
+    if not (source / "__init__.py").is_file():
+        raise FileNotFoundError(f"{source} is not an engine package (no __init__.py); a candidate is a copy of "
+                                f"{REFERENCE_DIR.relative_to(REPO_ROOT)}/")
+    shutil.copytree(source, dest, symlinks=True, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for root, dirs, files in os.walk(dest):
+        for name in files:
+            if not os.path.islink(os.path.join(root, name)):
+                os.chmod(os.path.join(root, name), 0o444)
+        os.chmod(root, 0o555)
+
+
+def _fresh_uid() -> int | None:
+    if os.geteuid() != 0:
+        return None
+    while procs.uid_in_use(uid := UID_BASE + secrets.randbelow(UID_SPAN)):
+        pass
+    return uid
+
+
+class Worker:
+    """One live worker. `call`/`stream` raise WorkerFailure (after killing it) on anything but a proper reply."""
+
+    def __init__(self, role: str, target: Target, package_dir: Path | None, work_dir: Path,
+                 gpu_index: int | None = None):
+        self.role = role
+        self.uid = _fresh_uid()
+        self.limit_bytes = (target.hardware.memory_limit_gib or 0) * 2**30
+        home = work_dir / role
+        home.mkdir(parents=True)
+        home.chmod(0o711)
+        tmp = home / "tmp"
+        (tmp / "pkgs").mkdir(parents=True)  # mount point of the read-only package (confine.py)
+        if self.uid is not None:
+            os.chown(tmp, self.uid, self.uid)
+            tmp.chmod(0o700)
+        package_root = None
+        if package_dir is not None:
+            package_root = home / "pkgs"
+            copy_package(Path(package_dir), package_root / NEUTRAL_PACKAGE)
+        self.log_path = home / "log"
+        env = {k: v for k, v in os.environ.items() if k in PASS_ENV}
+        env |= {"PYTHONPATH": str(REPO_ROOT), "PYTHONSAFEPATH": "1", "PYTHONDONTWRITEBYTECODE": "1",
+                "PYTHONNOUSERSITE": "1", "HOME": str(tmp), "TMPDIR": str(tmp)}
+        device = target.hardware.device
+        if device == "cuda":
+            if gpu_index is not None:
+                env["CUDA_VISIBLE_DEVICES"] = str(gpu_index)
+            device = f"cuda:{0 if gpu_index is not None else target.hardware.generation_gpu}"
+        to_child_r, to_child_w = os.pipe()
+        from_child_r, from_child_w = os.pipe()
+        log = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "evaluator.worker", "--fd-in", str(to_child_r), "--fd-out", str(from_child_w)],
+                pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                env=env, cwd=tmp, start_new_session=True, close_fds=True)
+        finally:
+            for fd in (to_child_r, from_child_w, log):
+                os.close(fd)
+        self.channel = JudgeChannel(from_child_r, to_child_w)
+        self._last_rss_check = 0.0
+        self.frozen = False
+        init = WorkerInit(role=role, package=ORACLE_PACKAGE if package_dir is None else NEUTRAL_PACKAGE,
+                          confinement=Confinement(str(tmp), None if package_root is None else str(package_root),
+                                                  self.uid),
+                          config=target.model.config, weights=target.model.weights,
+                          weights_seed=target.model.weights_seed, device=device)
+        self._send(init, Deadline.after(30, "build"))
+
+    # ---- exchanges
+
+    def ready(self, deadline: Deadline) -> Ready:
+        """Wait for the build; an exception raised while importing or building is a build_error."""
+        reply = self._recv(deadline)[0]
+        if reply["kind"] == "error" and reply.get("category") == "exception":
+            self.kill()
+            raise WorkerFailure(self.role, Status.BUILD_ERROR, reply["message"], self.log_tail())
+        self._expect(reply, "ready")
+        return Ready(fingerprint=str(reply["fingerprint"]), fingerprint_after=str(reply["fingerprint_after"]),
+                     build_s=float(reply["build_s"]), notes=[str(n) for n in reply["notes"]],
+                     hardware=str(reply["hardware"]), software=str(reply["software"]))
+
+    def call(self, op: str, deadline: Deadline, kind: str, **args) -> dict:
+        self._send({"op": op, **args}, deadline)
+        return self._expect(self._recv(deadline)[0], kind)
+
+    def stream(self, deadline: Deadline, **args) -> Iterator[tuple[dict, float]]:
+        """Yields (message, arrival time) for each chunk and the final `done`; the first item is the send time."""
+        self._send({"op": "stream", **args}, deadline)
+        yield {"kind": "sent"}, time.perf_counter()
+        while True:
+            message, arrived = self._recv(deadline)
+            yield self._expect(message, "chunk", "done"), arrived
+            if message["kind"] == "done":
+                return
+
+    # ---- process control
+
+    def freeze(self) -> None:
+        """SIGSTOP every process of the worker, so an idle engine cannot load the machine while another is timed."""
+        if not self.frozen:
+            procs.signal_all(self.proc.pid, self.uid, signal.SIGSTOP)
+            self.frozen = True
+
+    def thaw(self) -> None:
+        if self.frozen:
+            procs.signal_all(self.proc.pid, self.uid, signal.SIGCONT)
+            self.frozen = False
+
+    def kill(self) -> None:
+        procs.kill_all(self.proc.pid, self.uid)
+        self.channel.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass  # stuck in the kernel (e.g. a GPU driver call): give up on reaping rather than block
+
+    def log_tail(self) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(max(0, os.path.getsize(self.log_path) - LOG_TAIL_CHARS))
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    # ---- internals
+
+    def _send(self, message: object, deadline: Deadline) -> None:
+        try:
+            self.channel.send(message, deadline.at, self._tick)
+        except (ChannelTimeout, ChannelClosed) as e:
+            raise self._failure(e, deadline) from e
+
+    def _recv(self, deadline: Deadline) -> tuple[dict, float]:
+        try:
+            message, arrived = self.channel.recv(deadline.at, self._tick)
+        except (ChannelTimeout, ChannelClosed, ProtocolError) as e:
+            raise self._failure(e, deadline) from e
+        if message["kind"] == "error":
+            self.kill()
+            status = CATEGORY_STATUS.get(str(message.get("category")), Status.CRASH)
+            raise WorkerFailure(self.role, status, str(message.get("message", "")), self.log_tail())
+        return message, arrived
+
+    def _expect(self, message: dict, *kinds: str) -> dict:
+        if message["kind"] not in kinds:
+            self.kill()
+            raise WorkerFailure(self.role, Status.CHEAT_SUSPECTED,
+                                f"sent a {message['kind']!r} message where {' or '.join(kinds)} was due")
+        return message
+
+    def _tick(self) -> None:
+        if self.proc.poll() is not None:
+            raise ChannelClosed("the worker exited")
+        now = time.perf_counter()
+        if self.limit_bytes and now - self._last_rss_check >= RSS_CHECK_S:
+            self._last_rss_check = now
+            rss = sum(p.rss_bytes for p in procs.members(self.proc.pid, self.uid))
+            if rss > self.limit_bytes:
+                self.kill()
+                raise WorkerFailure(self.role, Status.OOM, f"resident memory {rss / 2**30:.2f} GiB went over "
+                                    f"hardware.memory_limit_gib = {self.limit_bytes / 2**30:g}", self.log_tail())
+
+    def _failure(self, cause: Exception, deadline: Deadline) -> WorkerFailure:
+        if isinstance(cause, ChannelTimeout):
+            self.kill()
+            return WorkerFailure(self.role, Status.TIMEOUT, f"ran past the {deadline.stage} time limit "
+                                 f"({deadline.limit_s:g} s)", self.log_tail())
+        if isinstance(cause, ProtocolError):
+            self.kill()
+            return WorkerFailure(self.role, Status.CHEAT_SUSPECTED, f"garbled result channel: {cause}",
+                                 self.log_tail())
+        try:
+            code = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            code = None
+        self.kill()
+        return _exit_failure(self.role, code, self.log_tail())
+
+
+def _exit_failure(role: str, code: int | None, tail: str) -> WorkerFailure:
+    """Classify a worker that went away without a reply, from its exit code and log."""
+    if code is not None and code < 0:
+        name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
+        if code == -signal.SIGKILL:
+            return WorkerFailure(role, Status.OOM, "killed by SIGKILL (the kernel's OOM killer?)", tail)
+        return WorkerFailure(role, Status.CRASH, f"killed by {name}", tail)
+    if any(m in tail for m in CUDA_FAULT_MARKERS):
+        return WorkerFailure(role, Status.CUDA_FAULT, "CUDA fault (see the log tail)", tail)
+    if "MemoryError" in tail or "OutOfMemoryError" in tail:
+        return WorkerFailure(role, Status.OOM, "ran out of memory (see the log tail)", tail)
+    what = "closed its channel and hung" if code is None else f"exited with code {code}"
+    return WorkerFailure(role, Status.CRASH, f"{what} without replying", tail)

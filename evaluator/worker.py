@@ -1,0 +1,224 @@
+"""One engine in its own process: `python -m evaluator.worker --fd-in N --fd-out M` (spawned by sandbox.py).
+
+Order matters: read the judge's init message, confine (confine.py), load the weights and fingerprint them, and
+only then import the engine package under its neutral name and build it. Each request is answered by one reply
+(or, for `stream`, one message per chunk and a final `done`); exceptions become `error` replies, so the judge
+learns the cause. The harness checks here (outputs are plain tensors not aliasing inputs, inputs unchanged, E5,
+E16, E17) run inside the candidate's process and only catch honest mistakes; the judge's comparison against the
+oracle is the real gate, and no expected output ever reaches this process (E8).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import platform
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from .channel import ChannelClosed, WorkerChannel
+from .confine import Confinement, confine
+
+ENGINE_METHODS = ("prefill", "decode_frame", "decode_audio", "generate", "stream")
+CUDA_FAULT_MARKERS = ("illegal memory access", "device-side assert", "CUDA error", "misaligned address",
+                      "unspecified launch failure", "CUBLAS_STATUS", "cuDNN error")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInit:
+    """The judge's first message."""
+
+    role: str
+    package: str  # import name: "reference_runtime.model" or the neutral name of a copied candidate
+    confinement: Confinement
+    config: str
+    weights: str  # "random" or a checkpoint directory
+    weights_seed: int
+    device: str
+
+
+class Violation(Exception):
+    """A harness rule broken by the engine (lazy or aliased output, mutated input)."""
+
+
+def plain(t: object, what: str, inputs: tuple[torch.Tensor, ...] = ()) -> torch.Tensor:
+    """A real, materialised CPU copy of an engine output (E5), refusing outputs that alias an input (E17)."""
+    if type(t) is not torch.Tensor:
+        raise Violation(f"{what} must be a plain torch.Tensor, got {type(t).__module__}.{type(t).__qualname__}")
+    if t.device.type == "meta" or t.is_sparse:
+        raise Violation(f"{what} has no real storage ({t.layout} on {t.device})")
+    if t.numel():
+        lo = t.untyped_storage().data_ptr()
+        hi = lo + t.untyped_storage().nbytes()
+        for x in inputs:
+            x_lo = x.untyped_storage().data_ptr()
+            if x.numel() and x.device == t.device and x_lo < hi and lo < x_lo + x.untyped_storage().nbytes():
+                raise Violation(f"{what} shares storage with an input tensor")
+    return t.detach().to("cpu").clone()
+
+
+def guarded(inputs: tuple[torch.Tensor, ...], call: Callable[[], object]) -> object:
+    """Run `call` on clones of `inputs` held here; any change to them afterwards is a violation (E16)."""
+    kept = tuple(x.clone() for x in inputs)
+    out = call()
+    for i, (x, k) in enumerate(zip(inputs, kept)):
+        if not torch.equal(x, k):
+            raise Violation(f"the engine modified input tensor #{i} in place")
+    return out
+
+
+class Server:
+    def __init__(self, engine: object, device: torch.device, channel: WorkerChannel):
+        self.engine, self.device, self.channel = engine, device, channel
+
+    def serve(self) -> None:
+        while True:
+            try:
+                request = self.channel.recv()
+            except ChannelClosed:
+                return
+            op = request.pop("op")
+            getattr(self, f"op_{op}")(**request)
+
+    def op_teacher_force(self, rows: torch.Tensor, frames: torch.Tensor, sampling, seed: int) -> None:
+        from reference_runtime.teacher_forcing import teacher_forced
+
+        out = guarded((rows, frames), lambda: teacher_forced(self.engine, rows, frames, sampling, seed))
+        self.channel.send({"kind": "logits", "main": plain(out.main_logits, "main logits", (rows, frames)),
+                           "codes": plain(out.code_logits, "code logits", (rows, frames))})
+
+    def op_decode_audio(self, codes: torch.Tensor) -> None:
+        audio = guarded((codes,), lambda: self.engine.decode_audio(codes))
+        self.channel.send({"kind": "audio", "audio": plain(audio, "decode_audio output", (codes,))})
+
+    def op_generate(self, request) -> None:
+        codes = tuple(r.codes for r in request.references)
+        gen = guarded(codes, lambda: self.engine.generate(request))
+        self.channel.send({"kind": "generation", "frames": plain(gen.frames, "Generation.frames", codes),
+                           "audio": plain(gen.audio, "Generation.audio", codes)})
+
+    def op_stream(self, request, schedule) -> None:
+        """Chunks go out as they are produced, after a device sync, so the judge's clock sees real progress."""
+        codes = tuple(r.codes for r in request.references)
+        kept = tuple(c.clone() for c in codes)
+        cuda = self.device.type == "cuda"
+        start_event = torch.cuda.Event(enable_timing=True) if cuda else None
+        started = time.perf_counter()
+        if cuda:
+            start_event.record()
+        for chunk in self.engine.stream(request, schedule):
+            if cuda:
+                torch.cuda.synchronize(self.device)
+            frames = getattr(chunk, "frames", None)
+            self.channel.send({
+                "kind": "chunk", "audio": plain(chunk.audio, "AudioChunk.audio", codes),
+                "frame_start": int(chunk.frame_start), "frame_end": int(chunk.frame_end),
+                "frames": None if frames is None else plain(frames, "AudioChunk.frames", codes),
+            })
+        device_s = None
+        if cuda:
+            end_event = torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize(self.device)
+            end_event.record()
+            end_event.synchronize()
+            device_s = start_event.elapsed_time(end_event) / 1e3
+        worker_s = time.perf_counter() - started
+        if not all(torch.equal(c, k) for c, k in zip(codes, kept)):
+            raise Violation("the engine modified the request's reference codes in place")
+        self.channel.send({"kind": "done", "worker_s": worker_s, "device_s": device_s})
+
+
+def _load_weights(init: WorkerInit, device: torch.device):
+    from reference_runtime.config import get_config
+    from reference_runtime.weights import init_weights
+
+    config = get_config(init.config)
+    if init.weights == "random":
+        return config, init_weights(config, init.weights_seed, device)
+    from reference_runtime.checkpoint import load_checkpoint
+
+    loaded, weights = load_checkpoint(init.weights, device)
+    if loaded.name != config.name:
+        raise ValueError(f"checkpoint {init.weights} is {loaded.name}, the target says {config.name}")
+    return loaded, weights
+
+
+def _build(init: WorkerInit, package_root: str | None, device: torch.device, channel: WorkerChannel):
+    from reference_runtime.weights import weights_fingerprint
+
+    started = time.perf_counter()
+    config, weights = _load_weights(init, device)
+    fingerprint = weights_fingerprint(weights)
+    if package_root is not None:
+        sys.path.insert(0, package_root)
+    module = importlib.import_module(init.package)
+    build = getattr(module, "build_engine", None)
+    if not callable(build):
+        raise AttributeError(f"{init.package} has no callable build_engine(config, weights, device)")
+    engine = build(config, weights, device)
+    missing = [m for m in ENGINE_METHODS if not callable(getattr(engine, m, None))]
+    missing += [a for a in ("config", "device") if not hasattr(engine, a)]
+    if missing:
+        raise AttributeError(f"build_engine returned a {type(engine).__name__} without {', '.join(missing)} "
+                             "(see reference_runtime/api.py Engine)")
+    if cuda := device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return engine, {
+        "fingerprint": fingerprint, "fingerprint_after": weights_fingerprint(weights),
+        "build_s": time.perf_counter() - started, "cuda": cuda,
+    }
+
+
+def _error_reply(e: BaseException) -> dict:
+    traceback.print_exc()  # into the log, whose tail the verdict carries
+    text = f"{type(e).__name__}: {e}"
+    if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":
+        category = "oom"
+    elif isinstance(e, Violation):
+        category = "violation"
+    elif any(m in text for m in CUDA_FAULT_MARKERS):
+        category = "cuda_fault"
+    else:
+        category = "exception"
+    return {"kind": "error", "category": category, "message": text[:2000]}
+
+
+def _software() -> str:
+    cuda = f", CUDA {torch.version.cuda}" if torch.version.cuda else ""
+    triton = sys.modules.get("triton")
+    return f"python {platform.python_version()}, torch {torch.__version__}{cuda}" + \
+        (f", triton {triton.__version__}" if triton else "")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--fd-in", type=int, required=True)
+    parser.add_argument("--fd-out", type=int, required=True)
+    args = parser.parse_args()
+    channel = WorkerChannel(args.fd_in, args.fd_out)
+    init: WorkerInit = channel.recv()
+    confined = confine(init.confinement)
+    device = torch.device(init.device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    try:
+        engine, ready = _build(init, confined.package_root, device, channel)
+    except Exception as e:
+        channel.send(_error_reply(e) | {"notes": confined.notes})
+        return
+    hardware = torch.cuda.get_device_name(device) if ready.pop("cuda") else platform.processor() or "cpu"
+    channel.send({"kind": "ready", "notes": confined.notes, "hardware": hardware, "software": _software(),
+                  **ready})
+    server = Server(engine, device, channel)
+    try:
+        server.serve()
+    except Exception as e:
+        channel.send(_error_reply(e))
+
+
+if __name__ == "__main__":
+    main()

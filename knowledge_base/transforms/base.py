@@ -1,0 +1,57 @@
+"""A transform: a named, documented optimisation of the engine package, with a parameter space.
+
+`apply(files, params)` returns SEARCH/REPLACE patches computed against the given engine files (the reference
+engine's code or a descendant of it), so transforms go through the same strict edit path as LLM answers.
+It raises NotApplicable when the code it rewrites is not there (e.g. an earlier edit changed it).
+"""
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+Files = Mapping[str, str]
+Params = dict[str, str | int | float | bool]
+
+
+class NotApplicable(ValueError):
+    """The engine files do not contain the code this transform rewrites."""
+
+
+@dataclass(frozen=True, slots=True)
+class Patch:
+    """One SEARCH/REPLACE edit of a file in the engine package (`search == ""` creates the file)."""
+
+    path: str
+    search: str
+    replace: str
+
+
+@dataclass(frozen=True, slots=True)
+class Transform:
+    name: str
+    summary: str  # one line: what it changes and why it is faster
+    feature: str  # architecture feature it touches: "fp8_moe", "linear_attention", "codebook_mtp", ...
+    devices: frozenset[str]  # where it can help: {"cpu"}, {"cuda"} or both
+    apply: Callable[[Files, Params], list[Patch]]
+    space: Mapping[str, tuple] = field(default_factory=dict)  # parameter -> candidate values, best guess first
+    requires: tuple[str, ...] = ()  # transforms that must already be in the lineage
+
+    def variants(self) -> Iterator[Params]:
+        """Every parameter combination, in the space's order (the first is the default)."""
+        keys = list(self.space)
+        for values in itertools.product(*(self.space[k] for k in keys)):
+            yield dict(zip(keys, values))
+
+    def label(self, params: Params) -> str:
+        """The variant's name as proposals and lessons cite it: `name(k=v, ...)`."""
+        args = ", ".join(f"{k}={v}" for k, v in params.items())
+        return f"{self.name}({args})"
+
+
+def replace_once(files: Files, path: str, search: str, replace: str) -> Patch:
+    """A patch of `path`, after checking `search` occurs in it exactly once (else NotApplicable)."""
+    source = files.get(path)
+    if source is None or source.count(search) != 1:
+        raise NotApplicable(f"{path}: the code this transform rewrites is not there (or is ambiguous)")
+    return Patch(path, search, replace)

@@ -1,0 +1,70 @@
+"""Renders the LLM prompts from the templates in `swarm/prompts/*.md` and a ProposalContext."""
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from string import Template
+
+from ..proposal import Lesson, ProposalContext
+
+PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
+
+
+@cache
+def _template(name: str) -> Template:
+    return Template((PROMPTS_DIR / f"{name}.md").read_text())
+
+
+def system_prompt() -> str:
+    return _template("system").substitute(edit_format=_template("edit_format").template)
+
+
+def proposal_prompt(context: ProposalContext) -> str:
+    hardware = context.device if context.gpu is None else f"{context.device} ({context.gpu})"
+    return _template("proposal").substitute(
+        target_name=context.target_name,
+        model_config_name=context.model_config_name,
+        hardware=hardware,
+        parent_id=context.parent_id,
+        iteration=context.iteration,
+        slot=context.slot,
+        parent_figures=context.parent_figures or "(not measured yet)",
+        acceptance=context.acceptance or "(none)",
+        failures=_bullets(context.failures),
+        lessons=_lessons(context.lessons),
+        applied_transforms=_bullets(context.applied_transforms),
+        files=_files(context.parent_files),
+    )
+
+
+def repair_prompt(error: str) -> str:
+    return _template("repair").substitute(error=error, edit_format=_template("edit_format").template)
+
+
+def _bullets(items: list[str]) -> str:
+    return "\n".join(f"- {item}" for item in items) if items else "(none)"
+
+
+def _lessons(lessons: list[Lesson]) -> str:
+    if not lessons:
+        return "(none yet)"
+    by_feature: dict[str, list[Lesson]] = {}
+    for lesson in lessons:
+        by_feature.setdefault(lesson.feature, []).append(lesson)
+    parts = []
+    for feature in sorted(by_feature):
+        parts.append(f"### {feature}")
+        for lesson in by_feature[feature]:
+            evidence = f" (evidence: {lesson.evidence})" if lesson.evidence else ""
+            parts.append(f"- [{lesson.outcome}] {lesson.summary}{evidence}")
+    return "\n".join(parts)
+
+
+def _files(files: dict[str, str]) -> str:
+    # Four backticks so that triple-backtick strings inside the sources cannot close the fence.
+    blocks = []
+    for path, source in sorted(files.items()):
+        lang = "python" if path.endswith(".py") else ""
+        body = source if source.endswith("\n") else source + "\n"
+        blocks.append(f"### {path}\n````{lang}\n{body}````")
+    return "\n\n".join(blocks)

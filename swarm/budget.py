@@ -1,0 +1,35 @@
+"""A run's spend so far and the budget check that stops it: iterations, wall minutes, GPU hours, dollars."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from targets.schema import BudgetSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Spend:
+    iterations: int  # iterations started
+    wall_s: float  # over every session of the run
+    device_s: float  # summed candidate evaluation seconds (on the target's device: GPUs, or the CPU)
+    dollars: float  # agents' ledger
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.device_s / 3600
+
+    @property
+    def wall_minutes(self) -> float:
+        return self.wall_s / 60
+
+
+def exhausted(budget: BudgetSpec, spend: Spend) -> str:
+    """Why the run must not start another iteration, or "" while budget remains."""
+    if spend.iterations >= budget.iterations:
+        return f"iteration budget spent ({spend.iterations}/{budget.iterations})"
+    if spend.wall_minutes >= budget.wall_minutes:
+        return f"wall-clock budget spent ({spend.wall_minutes:.1f}/{budget.wall_minutes:g} min)"
+    if budget.gpu_hours is not None and spend.gpu_hours >= budget.gpu_hours:
+        return f"GPU-hour budget spent ({spend.gpu_hours:.2f}/{budget.gpu_hours:g} h)"
+    if budget.dollars is not None and spend.dollars >= budget.dollars:
+        return f"dollar budget spent (${spend.dollars:.2f}/${budget.dollars:g})"
+    return ""

@@ -1,0 +1,114 @@
+"""Executors run the evaluator on candidates: locally in threads (each evaluate() runs its own killable
+subprocesses) with at most one evaluation per device slot, or on a Ray cluster (`swarm.ray_executor`).
+
+The evaluator functions are injected so tests can drive the loop with a small fake; `make_executor(target)`
+wires the real `evaluator.evaluate` / `evaluator.calibrate_noise`.
+"""
+from __future__ import annotations
+
+import queue
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from evaluator.verdict import Verdict
+from targets import Target
+
+EvaluateFn = Callable[..., Verdict]  # evaluator.evaluate(candidate_dir, target, *, baseline_dir, work_dir, ...)
+CalibrateFn = Callable[..., Any]  # evaluator.calibrate_noise(baseline_dir, target, *, work_dir, gpu_index)
+
+
+@dataclass(frozen=True, slots=True)
+class EvalJob:
+    candidate_id: str
+    candidate_dir: Path
+    baseline_dir: Path
+    work_dir: Path
+    secret_seed: int
+    calibration: Any = None  # the run's evaluator.NoiseCalibration
+
+
+@dataclass(frozen=True, slots=True)
+class EvalResult:
+    job: EvalJob
+    verdict: Verdict
+    seconds: float  # wall seconds the evaluation held its device slot
+
+
+class Executor(Protocol):
+    def evaluate_all(self, jobs: Sequence[EvalJob]) -> Iterator[EvalResult]:
+        """Evaluate every job; yield results in completion order."""
+
+    def calibrate(self, baseline_dir: Path, work_dir: Path) -> Any:
+        """A/A noise calibration of the baseline on one device slot."""
+
+    def close(self) -> None: ...
+
+
+def device_slots(target: Target) -> list[int | None]:
+    """GPU indices that may each host one evaluation at a time; [None] on CPU (one timed run at a time)."""
+    hw = target.hardware
+    if hw.device == "cpu":
+        return [None]
+    if hw.codec_gpu is not None:  # one evaluation spans the generation GPU and the codec GPU
+        return [hw.generation_gpu]
+    return list(range(hw.gpu_count))
+
+
+class LocalExecutor:
+    def __init__(self, target: Target, evaluate: EvaluateFn, calibrate: CalibrateFn):
+        self.target = target
+        self._evaluate = evaluate
+        self._calibrate = calibrate
+        slots = device_slots(target)
+        self._free: queue.Queue[int | None] = queue.Queue()
+        for slot in slots:
+            self._free.put(slot)
+        self._pool = ThreadPoolExecutor(max_workers=len(slots), thread_name_prefix="swarm-eval")
+
+    def _on_slot(self, fn: Callable[[int | None], Any]) -> tuple[Any, float]:
+        gpu = self._free.get()
+        start = time.monotonic()
+        try:
+            return fn(gpu), time.monotonic() - start
+        finally:
+            self._free.put(gpu)
+
+    def _run(self, job: EvalJob) -> EvalResult:
+        verdict, seconds = self._on_slot(lambda gpu: self._evaluate(
+            job.candidate_dir, self.target, baseline_dir=job.baseline_dir, work_dir=job.work_dir,
+            secret_seed=job.secret_seed, calibration=job.calibration, gpu_index=gpu))
+        return EvalResult(job=job, verdict=verdict, seconds=seconds)
+
+    def evaluate_all(self, jobs: Sequence[EvalJob]) -> Iterator[EvalResult]:
+        pending: set[Future[EvalResult]] = {self._pool.submit(self._run, job) for job in jobs}
+        try:
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    yield future.result()
+        finally:
+            for future in pending:
+                future.cancel()
+
+    def calibrate(self, baseline_dir: Path, work_dir: Path) -> Any:
+        result, _ = self._on_slot(lambda gpu: self._calibrate(baseline_dir, self.target, work_dir=work_dir,
+                                                              gpu_index=gpu))
+        return result
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def make_executor(target: Target) -> Executor:
+    """The executor the target asks for, running the real evaluator."""
+    from evaluator import calibrate_noise, evaluate
+
+    if target.executor == "ray":
+        from .ray_executor import RayExecutor
+
+        return RayExecutor(target, evaluate=evaluate, calibrate=calibrate_noise)
+    return LocalExecutor(target, evaluate=evaluate, calibrate=calibrate_noise)

@@ -1,0 +1,274 @@
+"""The orchestrator: variation (agents propose edits) -> evaluation (executor runs the evaluator) -> selective
+retention (a PASS becomes a kept engine and the next parent), until the acceptance criteria hold or the budget
+is spent. All state lives in the knowledge base, so `resume(run_id)` after a kill continues without redoing a
+finished evaluation or asking for a proposal twice.
+"""
+from __future__ import annotations
+
+import logging
+import re
+import secrets
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from candidates import EngineRepo
+from knowledge_base import CandidateRecord, CandidateState, KnowledgeStore, RunRecord, RunState
+
+from . import events as ev
+from .agents.base import Agent
+from .agents.ledger import CostLedger
+from .baseline import resolve_baseline
+from .budget import exhausted
+from .context import build_context
+from .engine_key import engine_key
+from .executor import EvalJob, Executor
+from .outcome import AGENT_ERROR, EDIT_ERROR, baseline_figures, feature_of, has_criteria, rejection, retain, \
+    unmet_criteria
+from .paths import reference_engine_dir, run_dir
+from .proposal import Proposal
+from .run_state import RunView, candidate_id, secret_seed
+from .variation import ask_agents, build_candidate, is_budget_stop, slot_agent
+
+log = logging.getLogger(__name__)
+
+AgentsFactory = Callable[[CostLedger], list[Agent]]
+
+
+@dataclass(frozen=True, slots=True)
+class RunOutcome:
+    run_id: str
+    stop_reason: str
+    accepted: bool
+
+
+class Swarm:
+    """One target's search. `start()` opens a new run, `resume(run_id)` continues one; both return when it stops."""
+
+    def __init__(self, target, *, kb: KnowledgeStore, repo: EngineRepo, executor: Executor,
+                 make_agents: AgentsFactory, listeners: list[ev.Listener] | None = None):
+        self.target = target
+        self.kb = kb
+        self.repo = repo
+        self.executor = executor
+        self.make_agents = make_agents
+        self.listeners = list(listeners or [])
+        self.key = engine_key(target)
+        self.per_agent = target.candidates_per_iteration
+
+    def close(self) -> None:
+        self.executor.close()
+        self.kb.close()
+
+    def __enter__(self) -> Swarm:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # entry points
+
+    def start(self) -> RunOutcome:
+        ledger = CostLedger(self.target.budget.dollars)
+        agents = self.make_agents(ledger)  # missing API keys fail here, before a run is recorded
+        run_id = self.kb.next_run_id(self.target.name)
+        log_ = self._open_log(run_id)
+        reference = self.repo.reference_commit(reference_engine_dir(self.target))
+        secret = secrets.randbits(62)
+        base = resolve_baseline(self.kb, self.repo, self.executor, request=self.target.baseline, key=self.key,
+                                reference_commit=reference, run_id=run_id,
+                                work_dir=run_dir(run_id) / "baseline_check", secret_seed=secret)
+        if base.checked is not None:
+            log_.emit(ev.BaselineChecked(run_id=run_id, engine_id=base.checked.id, ok=base.check_ok,
+                                         summary=base.check_summary))
+        self.kb.create_run(RunRecord(
+            id=run_id, target_name=self.target.name, target_json=self.target.model_dump_json(),
+            baseline_request=self.target.baseline, baseline_id=base.engine_id, baseline_commit=base.commit,
+            engine_key=self.key, secret=secret))
+        self.repo.set_run_branch(run_id, base.commit)
+        return self._drive(run_id, log_, ledger, agents, resumed=False)
+
+    def resume(self, run_id: str) -> RunOutcome:
+        run = self.kb.run(run_id)
+        if run.target_name != self.target.name:
+            raise ValueError(f"run {run_id} belongs to target {run.target_name!r}, not {self.target.name!r}; "
+                             "pass that target's file")
+        if run.state is RunState.FINISHED:
+            return RunOutcome(run_id, run.stop_reason, run.stop_reason == ACCEPTED)
+        ledger = CostLedger(self.target.budget.dollars, spent_usd=run.spent_usd)
+        agents = self.make_agents(ledger)
+        return self._drive(run_id, self._open_log(run_id), ledger, agents, resumed=True)
+
+    # the loop
+
+    def _open_log(self, run_id: str) -> ev.EventLog:
+        return ev.EventLog(run_dir(run_id) / "events.jsonl", self.listeners)
+
+    def _drive(self, run_id: str, log_: ev.EventLog, ledger: CostLedger, agents: list[Agent], *,
+               resumed: bool) -> RunOutcome:
+        self._session_start = time.monotonic()
+        self._persisted_s = 0.0
+        self.events = log_
+        try:
+            view = RunView.load(self.kb, run_id)
+            log_.emit(ev.RunStarted(run_id=run_id, target=self.target.name, baseline_id=view.baseline.id,
+                                    resumed=resumed, iterations=self.target.budget.iterations))
+            for kept in view.kept:  # tags are written after the KB commit; a kill in between loses only the tag
+                self.repo.tag_kept(kept.id, kept.git_commit)
+            calibration = self._calibration(view)
+            num_slots = len(agents) * self.per_agent
+            while True:
+                view = RunView.load(self.kb, run_id)
+                iteration = view.current_iteration(num_slots)
+                fresh = not view.slots(iteration)
+                reason = self._stop_reason(view) if fresh else ""
+                if reason:
+                    break
+                parent = view.parent_for(iteration)
+                log_.emit(ev.IterationStarted(run_id=run_id, iteration=iteration, parent_id=parent.id,
+                                              slots=num_slots))
+                out_of_dollars = self._vary(view, iteration, agents, num_slots, ledger)
+                self._evaluate(RunView.load(self.kb, run_id), iteration, calibration)
+                self._flush_elapsed(run_id)
+                if out_of_dollars:
+                    reason = exhausted(self.target.budget, RunView.load(self.kb, run_id).spend(0.0)) or \
+                        "dollar budget spent (the next call would cross the cap)"
+                    break
+            self._flush_elapsed(run_id)
+            self.kb.finish_run(run_id, reason)
+            log_.emit(ev.RunStopped(run_id=run_id, reason=reason))
+            return RunOutcome(run_id, reason, reason == ACCEPTED)
+        finally:
+            self._persist_elapsed(run_id)  # a crashed session still counts its wall time
+            log_.close()
+
+    def _stop_reason(self, view: RunView) -> str:
+        best = view.best()
+        if has_criteria(self.target.acceptance) and view.kept and \
+                not unmet_criteria(self.target.acceptance, best.figures, view.speedup_vs_baseline(best)):
+            return ACCEPTED
+        return exhausted(self.target.budget, view.spend(self._session_s()))
+
+    def _session_s(self) -> float:
+        return time.monotonic() - self._session_start - self._persisted_s
+
+    def _persist_elapsed(self, run_id: str) -> None:
+        elapsed = self._session_s()
+        self.kb.add_elapsed(run_id, elapsed)
+        self._persisted_s += elapsed
+
+    def _flush_elapsed(self, run_id: str) -> None:
+        self._persist_elapsed(run_id)
+        spend = RunView.load(self.kb, run_id).spend(0.0)
+        self.events.emit(ev.SpendUpdated(run_id=run_id, iterations=spend.iterations, wall_minutes=spend.wall_minutes,
+                                         gpu_hours=spend.gpu_hours, dollars=spend.dollars))
+
+    def _calibration(self, view: RunView):
+        if view.run.calibration_json:
+            return load_calibration(view.run.calibration_json)
+        work = run_dir(view.run.id) / "calibration"
+        baseline_dir = self.repo.materialise(view.baseline.commit, work / "baseline")
+        calibration = self.executor.calibrate(baseline_dir, work / "work")
+        self.kb.set_calibration(view.run.id, calibration.model_dump_json())
+        self.events.emit(ev.NoiseCalibrated(run_id=view.run.id, summary=_one_line(calibration)))
+        return calibration
+
+    def _vary(self, view: RunView, iteration: int, agents: list[Agent], num_slots: int, ledger: CostLedger) -> bool:
+        """Fill the iteration's empty slots; True when the dollar cap refused a call."""
+        parent = view.parent_for(iteration)
+        parent_files = self.repo.files(parent.commit)
+        empty = [s for s in range(num_slots) if s not in view.slots(iteration)]
+        out_of_dollars = False
+
+        def context_for(slot: int):
+            return build_context(self.target, self.kb, view, self.key, parent, parent_files, iteration, slot)
+
+        for answer in ask_agents(agents, self.per_agent, empty, context_for):
+            if is_budget_stop(answer):
+                out_of_dollars = True
+                continue
+            cid = candidate_id(view.run.id, iteration, answer.slot)
+            proposal = answer.proposal
+            record = CandidateRecord(
+                id=cid, run_id=view.run.id, iteration=iteration, slot=answer.slot, parent_id=parent.id,
+                parent_commit=parent.commit, agent=answer.agent,
+                title=proposal.title if proposal else "(no proposal)",
+                rationale=proposal.rationale if proposal else "",
+                proposal_json=proposal.model_dump_json() if proposal else "{}", git_commit="",
+                state=CandidateState.PROPOSED, cost_usd=proposal.cost_usd if proposal else 0.0)
+            if proposal is None:
+                verdict, lesson = rejection(record, AGENT_ERROR, str(answer.error), "engine", self.key)
+                self.kb.add_rejected_candidate(record, verdict, lesson)
+                error = str(answer.error)
+            else:
+                record, error = build_candidate(self.repo, record, parent_files, proposal)
+                if error:
+                    verdict, lesson = rejection(record, EDIT_ERROR, error, feature_of(proposal), self.key)
+                    self.kb.add_rejected_candidate(record, verdict, lesson)
+                else:
+                    self.kb.add_candidate(record)
+            self.kb.set_spent(view.run.id, ledger.spent_usd)
+            self.events.emit(ev.CandidateProposed(run_id=view.run.id, candidate_id=cid, agent=answer.agent,
+                                                  title=record.title, error=error))
+        return out_of_dollars
+
+    def _evaluate(self, view: RunView, iteration: int, calibration) -> None:
+        pending = view.unevaluated(iteration)
+        if not pending:
+            return
+        run_id = view.run.id
+        parent = view.parent_for(iteration)
+        engines = run_dir(run_id) / "engines"
+        baseline_dir = self.repo.materialise(parent.commit, engines / _dirname(parent.id))
+        jobs = []
+        for c in pending:
+            work = run_dir(run_id) / "work" / _dirname(c.id)
+            shutil.rmtree(work, ignore_errors=True)  # a killed evaluation's leftovers
+            jobs.append(EvalJob(candidate_id=c.id, candidate_dir=self.repo.materialise(c.git_commit, engines / _dirname(c.id)),
+                                baseline_dir=baseline_dir, work_dir=work, secret_seed=secret_seed(view.run, c.id),
+                                calibration=calibration))
+            self.kb.mark_evaluating(c.id)
+            self.events.emit(ev.EvaluationStarted(run_id=run_id, candidate_id=c.id))
+        by_id = {c.id: c for c in pending}
+        for result in self.executor.evaluate_all(jobs):
+            candidate = by_id[result.job.candidate_id]
+            proposal = _proposal(candidate)
+            record, lesson, kept = retain(candidate, proposal, result.verdict, result.seconds, parent, self.key)
+            self.kb.record_outcome(record, lesson, kept)
+            measured = baseline_figures(result.verdict)
+            if parent.id == view.baseline.id and measured and RunView.load(self.kb, run_id).baseline.figures.frames_per_s is None:
+                self.kb.set_baseline_figures(run_id, measured)
+            self.events.emit(ev.EvaluationFinished(
+                run_id=run_id, candidate_id=candidate.id, status=record.status, summary=record.summary,
+                seconds=result.seconds, speedup=record.figures.speedup))
+            if kept is not None:
+                self.repo.tag_kept(kept.id, kept.git_commit)
+                self.events.emit(ev.EngineKept(
+                    run_id=run_id, candidate_id=kept.id, title=kept.title,
+                    speedup_vs_baseline=view.speedup_vs_baseline(kept), frames_per_s=kept.figures.frames_per_s,
+                    ttfa_ms=kept.figures.ttfa_ms))
+        self.repo.set_run_branch(run_id, RunView.load(self.kb, run_id).best().commit)
+
+
+ACCEPTED = "acceptance criteria met"
+
+
+def _proposal(candidate: CandidateRecord) -> Proposal:
+    return Proposal.model_validate_json(candidate.proposal_json)
+
+
+def load_calibration(text: str):
+    from evaluator import NoiseCalibration
+
+    return NoiseCalibration.model_validate_json(text)
+
+
+def _dirname(engine_id: str) -> str:
+    """A directory name that is also a valid Python package name (the evaluator may import it as one)."""
+    return "e_" + re.sub(r"\W", "_", engine_id)
+
+
+def _one_line(obj) -> str:
+    return getattr(obj, "summary", None) or str(obj)[:200]

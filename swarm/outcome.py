@@ -1,0 +1,108 @@
+"""Selective retention: what a verdict becomes in the knowledge base (verdict row, lesson, kept engine), and
+whether the run's best engine meets the target's acceptance criteria.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import PurePosixPath
+
+from evaluator.verdict import Status, Verdict
+from knowledge_base import CandidateRecord, EngineKey, Figures, KeptEngine, LessonRecord, VerdictRecord
+from targets.schema import AcceptanceSpec
+
+from .proposal import Proposal
+from .run_state import ParentEngine
+
+EDIT_ERROR = "edit_error"  # a proposal whose SEARCH/REPLACE edits did not apply
+AGENT_ERROR = "agent_error"  # an agent that returned no usable proposal
+
+# Which architecture feature an engine file implements; lessons are filed under it.
+_FEATURE_OF_FILE = {
+    "moe": "fp8_moe", "deltanet": "gated_deltanet", "attention": "gated_attention", "kv_cache": "gated_attention",
+    "tower": "codebook_mtp", "codec": "dac_codec", "sampling": "sampling",
+}
+
+
+def feature_of(proposal: Proposal) -> str:
+    features = sorted({_FEATURE_OF_FILE.get(PurePosixPath(e.path).stem, "engine") for e in proposal.edits})
+    return ",".join(features) or "engine"
+
+
+def verdict_figures(verdict: Verdict) -> Figures:
+    bench = verdict.candidate_bench
+    if bench is None or not bench.prompts:
+        return Figures()
+    return Figures(frames_per_s=bench.median("frames_per_s_p50"), ttfa_ms=bench.median("ttfa_ms_p50"),
+                   rtf=bench.median("rtf_p50"), speedup=verdict.comparison.speedup if verdict.comparison else None)
+
+
+def baseline_figures(verdict: Verdict) -> Figures | None:
+    bench = verdict.baseline_bench
+    if bench is None or not bench.prompts:
+        return None
+    return Figures(frames_per_s=bench.median("frames_per_s_p50"), ttfa_ms=bench.median("ttfa_ms_p50"),
+                   rtf=bench.median("rtf_p50"), speedup=1.0)
+
+
+def _evidence_text(verdict: Verdict, limit: int = 600) -> str:
+    return "; ".join(e.message for e in verdict.evidence[:3])[:limit]
+
+
+def retain(candidate: CandidateRecord, proposal: Proposal, verdict: Verdict, seconds: float, parent: ParentEngine,
+           key: EngineKey) -> tuple[VerdictRecord, LessonRecord, KeptEngine | None]:
+    """Records for one evaluated candidate; a PASS (correct, faster than its parent beyond noise) is kept."""
+    figures = verdict_figures(verdict)
+    record = VerdictRecord(
+        candidate_id=candidate.id, status=verdict.status.value, summary=verdict.summary,
+        evidence_json=json.dumps([e.model_dump(exclude_none=True) for e in verdict.evidence]),
+        verdict_json=verdict.model_dump_json(), figures=figures, eval_seconds=seconds)
+    kept = None
+    if verdict.status is Status.PASS and figures.speedup is not None:
+        kept = KeptEngine(id=candidate.id, run_id=candidate.run_id, parent_id=parent.id,
+                          git_commit=candidate.git_commit, key=key, figures=figures, title=candidate.title,
+                          speedup_vs_reference=parent.speedup_vs_reference * figures.speedup)
+        summary = f"{candidate.title}: kept, {figures.speedup:.3f}x frames/s over {parent.id}"
+    else:
+        summary = f"{candidate.title}: {verdict.status.value}: {verdict.summary}"
+    lesson = LessonRecord(run_id=candidate.run_id, candidate_id=candidate.id, feature=feature_of(proposal),
+                          outcome="worked" if kept else "failed", summary=summary,
+                          evidence=_evidence_text(verdict), architecture=key.architecture)
+    return record, lesson, kept
+
+
+def rejection(candidate: CandidateRecord, status: str, error: str, feature: str,
+              key: EngineKey) -> tuple[VerdictRecord, LessonRecord | None]:
+    """Records for a proposal that never became an engine; edit errors teach a lesson, agent failures do not."""
+    first_line = error.strip().splitlines()[0] if error.strip() else status
+    record = VerdictRecord(candidate_id=candidate.id, status=status, summary=first_line,
+                           evidence_json=json.dumps([{"check": status, "message": error}]), verdict_json="",
+                           figures=Figures())
+    if status != EDIT_ERROR:
+        return record, None
+    lesson = LessonRecord(run_id=candidate.run_id, candidate_id=candidate.id, feature=feature, outcome="failed",
+                          summary=f"{candidate.title}: edits did not apply: {first_line}", evidence=error[:600],
+                          architecture=key.architecture)
+    return record, lesson
+
+
+def unmet_criteria(acceptance: AcceptanceSpec, figures: Figures, speedup_vs_baseline: float) -> list[str]:
+    """Acceptance criteria the engine does not meet yet, human-readable; [] when all hold."""
+    checks = [
+        ("frames/s p50", acceptance.frames_per_s, figures.frames_per_s, ">="),
+        ("TTFA p50 ms", acceptance.ttfa_ms, figures.ttfa_ms, "<="),
+        ("RTF p50", acceptance.rtf, figures.rtf, "<="),
+        ("speedup vs the run's baseline", acceptance.speedup, speedup_vs_baseline, ">="),
+    ]
+    unmet = []
+    for name, goal, value, op in checks:
+        if goal is None:
+            continue
+        ok = value is not None and (value >= goal if op == ">=" else value <= goal)
+        if not ok:
+            now = "not measured" if value is None else f"{value:.4g}"
+            unmet.append(f"{name} {op} {goal:g} (now {now})")
+    return unmet
+
+
+def has_criteria(acceptance: AcceptanceSpec) -> bool:
+    return any(v is not None for v in acceptance.model_dump().values())

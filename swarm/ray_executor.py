@@ -1,0 +1,82 @@
+"""Ray executor (`executor: ray` in the target): each evaluation is a Ray task holding the GPUs it needs.
+
+Tasks carry the engine sources, not paths, so workers on other hosts need only this repository installed;
+`ray_address: null` starts a local cluster.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from candidates import engine_files, write_files
+from targets import Target
+
+from .executor import CalibrateFn, EvalJob, EvalResult, EvaluateFn
+
+_REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _evaluate_task(evaluate: EvaluateFn, target: Target, candidate: dict[str, str], baseline: dict[str, str],
+                   secret_seed: int, calibration: Any) -> tuple[Any, float]:
+    with tempfile.TemporaryDirectory(prefix="swarm-ray-") as tmp:
+        write_files(candidate, Path(tmp, "candidate"))
+        write_files(baseline, Path(tmp, "baseline"))
+        start = time.monotonic()
+        # Ray narrows CUDA_VISIBLE_DEVICES to this task's GPUs, so the target's own indices apply within them.
+        verdict = evaluate(Path(tmp, "candidate"), target, baseline_dir=Path(tmp, "baseline"),
+                           work_dir=Path(tmp, "work"), secret_seed=secret_seed, calibration=calibration)
+        return verdict, time.monotonic() - start
+
+
+def _calibrate_task(calibrate: CalibrateFn, target: Target, baseline: dict[str, str]) -> Any:
+    with tempfile.TemporaryDirectory(prefix="swarm-ray-") as tmp:
+        write_files(baseline, Path(tmp, "baseline"))
+        return calibrate(Path(tmp, "baseline"), target, work_dir=Path(tmp, "work"))
+
+
+class RayExecutor:
+    def __init__(self, target: Target, evaluate: EvaluateFn, calibrate: CalibrateFn):
+        import ray
+
+        self._ray = ray
+        self.target = target
+        self._evaluate = evaluate
+        self._calibrate = calibrate
+        self._owns_ray = not ray.is_initialized()
+        if self._owns_ray:
+            env = None
+            if target.ray_address is None:  # local workers import swarm from this checkout
+                path = os.pathsep.join(p for p in (str(_REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
+                env = {"env_vars": {"PYTHONPATH": path}}
+            ray.init(address=target.ray_address, runtime_env=env, include_dashboard=False, logging_level="WARNING")
+        hw = target.hardware
+        gpus = 0 if hw.device == "cpu" else (2 if hw.codec_gpu is not None else 1)
+        self._eval_remote = ray.remote(num_gpus=gpus, max_retries=0)(_evaluate_task)
+        self._calibrate_remote = ray.remote(num_gpus=gpus, max_retries=0)(_calibrate_task)
+
+    def evaluate_all(self, jobs: Sequence[EvalJob]) -> Iterator[EvalResult]:
+        refs = {}
+        for job in jobs:
+            ref = self._eval_remote.remote(self._evaluate, self.target, engine_files(job.candidate_dir),
+                                           engine_files(job.baseline_dir), job.secret_seed, job.calibration)
+            refs[ref] = job
+        pending = list(refs)
+        try:
+            while pending:
+                done, pending = self._ray.wait(pending, num_returns=1)
+                verdict, seconds = self._ray.get(done[0])
+                yield EvalResult(job=refs[done[0]], verdict=verdict, seconds=seconds)
+        finally:
+            for ref in pending:
+                self._ray.cancel(ref, force=True)
+
+    def calibrate(self, baseline_dir: Path, work_dir: Path) -> Any:
+        return self._ray.get(self._calibrate_remote.remote(self._calibrate, self.target, engine_files(baseline_dir)))
+
+    def close(self) -> None:
+        if self._owns_ray:  # a cluster the caller connected to stays connected
+            self._ray.shutdown()
