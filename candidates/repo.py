@@ -103,13 +103,6 @@ class EngineRepo:
         commit = self._repo.commit(sha)
         return CommitInfo(sha=commit.hexsha, parents=tuple(p.hexsha for p in commit.parents), message=commit.message)
 
-    def has_commit(self, sha: str) -> bool:
-        try:
-            self._repo.commit(sha)
-        except (ValueError, git.BadName):
-            return False
-        return True
-
 
 def write_files(files: dict[str, str], dest: Path) -> None:
     for rel, text in files.items():

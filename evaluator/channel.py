@@ -137,3 +137,12 @@ class JudgeChannel:
         ready = poller.poll(min(left, TICK_S) * 1000)
         on_tick()
         return bool(ready)
+
+
+def tensor_or_none(value: object) -> torch.Tensor | None:
+    """A field of a worker message that should be a tensor; anything else reads as missing."""
+    return value if isinstance(value, torch.Tensor) else None
+
+
+def describe(t: torch.Tensor | None) -> str:
+    return "none" if t is None else f"{t.dtype} {tuple(t.shape)}"

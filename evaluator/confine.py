@@ -14,6 +14,7 @@ import os
 import resource
 import stat
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,12 +53,21 @@ def confine(c: Confinement) -> Confined:
     if os.geteuid() != 0:
         out.notes.append("not root: no network/mount namespace and no uid drop; the worker keeps the host "
                          "network and the judge's uid (run the evaluator as root to confine workers)")
+        _home(out.tmp)
         return out
     _unshare(CLONE_NEWNET, "network namespace", out)
     if _unshare(CLONE_NEWNS, "mount namespace", out):
         _private_mounts(c, out)
     _drop_privileges(c.uid, out)
+    _home(out.tmp)
     return out
+
+
+def _home(tmp: str) -> None:
+    """Every cache and temp file goes to the private tmp (wiped with the worker)."""
+    os.environ.update(HOME=tmp, TMPDIR=tmp, XDG_CACHE_HOME=f"{tmp}/.cache", TRITON_CACHE_DIR=f"{tmp}/.triton",
+                      TORCHINDUCTOR_CACHE_DIR=f"{tmp}/.inductor")
+    tempfile.tempdir = None
 
 
 def _private_mounts(c: Confinement, out: Confined) -> None:

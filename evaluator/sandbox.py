@@ -38,8 +38,7 @@ PASS_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "LD_LIBRARY_PATH", "CUDA_HOME", "CUD
 UID_BASE, UID_SPAN = 3_000_000, 1_000_000
 RSS_CHECK_S = 0.25
 LOG_TAIL_CHARS = 4000
-CATEGORY_STATUS = {"oom": Status.OOM, "cuda_fault": Status.CUDA_FAULT, "violation": Status.CHEAT_SUSPECTED,
-                   "exception": Status.CRASH}
+CATEGORY_STATUS = {"oom": Status.OOM, "cuda_fault": Status.CUDA_FAULT, "violation": Status.CHEAT_SUSPECTED}
 
 
 class WorkerFailure(Exception):
@@ -61,8 +60,7 @@ class Deadline:
 
 @dataclass(frozen=True, slots=True)
 class Ready:
-    fingerprint: str
-    fingerprint_after: str
+    fingerprint: str  # of the weights as loaded, before the engine package was imported
     build_s: float
     notes: list[str]
     hardware: str
@@ -113,7 +111,7 @@ class Worker:
         self.log_path = home / "log"
         env = {k: v for k, v in os.environ.items() if k in PASS_ENV}
         env |= {"PYTHONPATH": str(REPO_ROOT), "PYTHONSAFEPATH": "1", "PYTHONDONTWRITEBYTECODE": "1",
-                "PYTHONNOUSERSITE": "1", "HOME": str(tmp), "TMPDIR": str(tmp)}
+                "PYTHONNOUSERSITE": "1"}  # HOME and TMPDIR: the private tmp, set by confine()
         device = target.hardware.device
         if device == "cuda":
             if gpu_index is not None:
@@ -144,14 +142,14 @@ class Worker:
 
     def ready(self, deadline: Deadline) -> Ready:
         """Wait for the build; an exception raised while importing or building is a build_error."""
-        reply = self._recv(deadline)[0]
-        if reply["kind"] == "error" and reply.get("category") == "exception":
+        reply = self._expect(self._recv(deadline, exception=Status.BUILD_ERROR)[0], "ready")
+        try:
+            return Ready(fingerprint=str(reply["fingerprint"]), build_s=float(reply["build_s"]),
+                         notes=[str(n) for n in reply["notes"]], hardware=str(reply["hardware"]),
+                         software=str(reply["software"]))
+        except (KeyError, TypeError, ValueError) as e:
             self.kill()
-            raise WorkerFailure(self.role, Status.BUILD_ERROR, reply["message"], self.log_tail())
-        self._expect(reply, "ready")
-        return Ready(fingerprint=str(reply["fingerprint"]), fingerprint_after=str(reply["fingerprint_after"]),
-                     build_s=float(reply["build_s"]), notes=[str(n) for n in reply["notes"]],
-                     hardware=str(reply["hardware"]), software=str(reply["software"]))
+            raise WorkerFailure(self.role, Status.CHEAT_SUSPECTED, f"malformed ready message ({e!r})") from e
 
     def call(self, op: str, deadline: Deadline, kind: str, **args) -> dict:
         self._send({"op": op, **args}, deadline)
@@ -204,14 +202,15 @@ class Worker:
         except (ChannelTimeout, ChannelClosed) as e:
             raise self._failure(e, deadline) from e
 
-    def _recv(self, deadline: Deadline) -> tuple[dict, float]:
+    def _recv(self, deadline: Deadline, exception: Status = Status.CRASH) -> tuple[dict, float]:
+        """The next message; an `error` reply raises, a Python exception counting as `exception`."""
         try:
             message, arrived = self.channel.recv(deadline.at, self._tick)
         except (ChannelTimeout, ChannelClosed, ProtocolError) as e:
             raise self._failure(e, deadline) from e
         if message["kind"] == "error":
             self.kill()
-            status = CATEGORY_STATUS.get(str(message.get("category")), Status.CRASH)
+            status = CATEGORY_STATUS.get(str(message.get("category")), exception)
             raise WorkerFailure(self.role, status, str(message.get("message", "")), self.log_tail())
         return message, arrived
 
@@ -264,3 +263,28 @@ def _exit_failure(role: str, code: int | None, tail: str) -> WorkerFailure:
         return WorkerFailure(role, Status.OOM, "ran out of memory (see the log tail)", tail)
     what = "closed its channel and hung" if code is None else f"exited with code {code}"
     return WorkerFailure(role, Status.CRASH, f"{what} without replying", tail)
+
+
+class Pool:
+    """The workers of one evaluation. `use(w)` thaws `w` and freezes the others, so only the engine being asked
+    runs (an idle engine's background threads cannot slow the one being timed); `close()` kills them all."""
+
+    def __init__(self, target: Target, work_dir: Path, gpu_index: int | None):
+        self.target, self.work_dir, self.gpu_index = target, work_dir, gpu_index
+        self.workers: list[Worker] = []
+
+    def start(self, role: str, package_dir: Path | None) -> Worker:
+        worker = Worker(role, self.target, package_dir, self.work_dir, self.gpu_index)
+        self.workers.append(worker)
+        return worker
+
+    def use(self, worker: Worker) -> Worker:
+        for other in self.workers:
+            if other is not worker:
+                other.freeze()
+        worker.thaw()
+        return worker
+
+    def close(self) -> None:
+        for worker in self.workers:
+            worker.kill()

@@ -86,3 +86,15 @@ class Verdict(_Model):
     log_tail: str = ""
     hardware: str = ""
     software: str = ""  # torch / triton / CUDA versions
+
+
+class Rejected(Exception):
+    """A check's final word on a candidate (mismatch, suspected cheating, ...), raised inside the cascade."""
+
+    def __init__(self, status: Status, evidence: list[Evidence]):
+        super().__init__(f"{status.value}: {evidence[0].message if evidence else ''}")
+        self.status, self.evidence = status, evidence
+
+
+class EvaluatorError(RuntimeError):
+    """The harness itself failed (the oracle or a trusted baseline broke): never blamed on the candidate."""

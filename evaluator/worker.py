@@ -84,12 +84,12 @@ class Server:
             op = request.pop("op")
             getattr(self, f"op_{op}")(**request)
 
-    def op_teacher_force(self, rows: torch.Tensor, frames: torch.Tensor, sampling, seed: int) -> None:
+    def op_teacher_force(self, rows: torch.Tensor, frames: torch.Tensor, seed: int) -> None:
         from reference_runtime.teacher_forcing import teacher_forced
 
-        out = guarded((rows, frames), lambda: teacher_forced(self.engine, rows, frames, sampling, seed))
-        self.channel.send({"kind": "logits", "main": plain(out.main_logits, "main logits", (rows, frames)),
-                           "codes": plain(out.code_logits, "code logits", (rows, frames))})
+        out = guarded((rows, frames), lambda: teacher_forced(self.engine, rows, frames, seed))
+        self.channel.send({"kind": "logits", "main": plain(out.main, "main logits", (rows, frames)),
+                           "codes": plain(out.codes, "code logits", (rows, frames))})
 
     def op_decode_audio(self, codes: torch.Tensor) -> None:
         audio = guarded((codes,), lambda: self.engine.decode_audio(codes))
@@ -147,10 +147,10 @@ def _load_weights(init: WorkerInit, device: torch.device):
     return loaded, weights
 
 
-def _build(init: WorkerInit, package_root: str | None, device: torch.device, channel: WorkerChannel):
+def _build(init: WorkerInit, package_root: str | None, device: torch.device) -> tuple[object, str]:
+    """The engine, and the fingerprint of the weights taken before any engine code was imported."""
     from reference_runtime.weights import weights_fingerprint
 
-    started = time.perf_counter()
     config, weights = _load_weights(init, device)
     fingerprint = weights_fingerprint(weights)
     if package_root is not None:
@@ -165,12 +165,9 @@ def _build(init: WorkerInit, package_root: str | None, device: torch.device, cha
     if missing:
         raise AttributeError(f"build_engine returned a {type(engine).__name__} without {', '.join(missing)} "
                              "(see reference_runtime/api.py Engine)")
-    if cuda := device.type == "cuda":
+    if device.type == "cuda":
         torch.cuda.synchronize(device)
-    return engine, {
-        "fingerprint": fingerprint, "fingerprint_after": weights_fingerprint(weights),
-        "build_s": time.perf_counter() - started, "cuda": cuda,
-    }
+    return engine, fingerprint
 
 
 def _error_reply(e: BaseException) -> dict:
@@ -185,6 +182,10 @@ def _error_reply(e: BaseException) -> dict:
     else:
         category = "exception"
     return {"kind": "error", "category": category, "message": text[:2000]}
+
+
+def _hardware(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
 
 
 def _software() -> str:
@@ -205,14 +206,14 @@ def main() -> None:
     device = torch.device(init.device)
     if device.type == "cuda":
         torch.cuda.set_device(device)
+    started = time.perf_counter()
     try:
-        engine, ready = _build(init, confined.package_root, device, channel)
+        engine, fingerprint = _build(init, confined.package_root, device)
     except Exception as e:
-        channel.send(_error_reply(e) | {"notes": confined.notes})
+        channel.send(_error_reply(e))
         return
-    hardware = torch.cuda.get_device_name(device) if ready.pop("cuda") else platform.processor() or "cpu"
-    channel.send({"kind": "ready", "notes": confined.notes, "hardware": hardware, "software": _software(),
-                  **ready})
+    channel.send({"kind": "ready", "fingerprint": fingerprint, "build_s": time.perf_counter() - started,
+                  "notes": confined.notes, "hardware": _hardware(device), "software": _software()})
     server = Server(engine, device, channel)
     try:
         server.serve()

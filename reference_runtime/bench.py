@@ -42,15 +42,18 @@ class TrialResult:
 
 @dataclass(frozen=True, slots=True)
 class Percentiles:
+    """Median and tail of a metric over trials: p95 is the value 95% of trials did at least as well as (the
+    95th percentile of a latency, the 5th of a throughput)."""
+
     p50: float
     p95: float
 
     @classmethod
-    def of(cls, values: list[float]) -> Percentiles:
+    def of(cls, values: list[float], higher_is_better: bool = False) -> Percentiles:
         if len(values) == 1:
             return cls(values[0], values[0])
         cuts = statistics.quantiles(values, n=100, method="inclusive")
-        return cls(statistics.median(values), cuts[94])
+        return cls(statistics.median(values), cuts[4] if higher_is_better else cuts[94])
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +118,7 @@ def bench_prompt(engine: Engine, name: str, request: TTSRequest, trials: int, wa
     return PromptBench(
         name=name, prompt_rows=build_rows(engine.config, request).shape[0],
         ttfa_ms=Percentiles.of([r.ttfa_ms for r in results]),
-        frames_per_s=Percentiles.of([r.frames_per_s for r in results]),
+        frames_per_s=Percentiles.of([r.frames_per_s for r in results], higher_is_better=True),
         rtf=Percentiles.of([r.rtf for r in results]), peak_gpu_mem_gib=peak, trials=results,
     )
 

@@ -60,12 +60,12 @@ def choose_kept(kb: KnowledgeStore, request: str, key: EngineKey) -> KeptEngine 
 
 
 def resolve_baseline(kb: KnowledgeStore, repo: EngineRepo, executor: Executor, *, request: str, key: EngineKey,
-                     reference_commit: str, run_id: str, work_dir: Path, secret_seed: int) -> ResolvedBaseline:
+                     reference_dir: Path, reference_commit: str, run_id: str, work_dir: Path,
+                     secret_seed: int) -> ResolvedBaseline:
     kept = choose_kept(kb, request, key)
     if kept is None:
         return ResolvedBaseline(REFERENCE_ID, reference_commit)
     engine_dir = repo.materialise(kept.git_commit, work_dir / "engine")
-    reference_dir = repo.materialise(reference_commit, work_dir / "reference")
     job = EvalJob(candidate_id=kept.id, candidate_dir=engine_dir, baseline_dir=reference_dir,
                   work_dir=work_dir / "eval", secret_seed=secret_seed)
     verdict = next(iter(executor.evaluate_all([job]))).verdict

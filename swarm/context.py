@@ -37,15 +37,16 @@ def recent_failures(view: RunView, limit: int = MAX_FAILURES) -> list[str]:
         if verdict is None or verdict.status == "pass":
             continue
         evidence = "; ".join(e["message"] for e in json.loads(verdict.evidence_json)[:2])
-        failures.append(f"{c.title} ({verdict.status}): {verdict.summary}" + (f" | {evidence[:400]}" if evidence else ""))
+        detail = f" | {evidence[:400]}" if evidence and evidence != verdict.summary else ""
+        failures.append(f"{c.title} ({verdict.status}): {verdict.summary}{detail}")
     return failures[-limit:]
 
 
 def build_context(target: Target, kb: KnowledgeStore, view: RunView, key: EngineKey, parent: ParentEngine,
                   parent_files: dict[str, str], iteration: int, slot: int) -> ProposalContext:
     speedup = view.speedup_vs_baseline(parent)
-    lessons = [Lesson(feature=l.feature, outcome=l.outcome, summary=l.summary, evidence=l.evidence)
-               for l in kb.lessons(architecture=key.architecture, limit=MAX_LESSONS)]
+    lessons = [Lesson(feature=x.feature, outcome=x.outcome, summary=x.summary, evidence=x.evidence)
+               for x in kb.lessons(architecture=key.architecture, limit=MAX_LESSONS)]
     return ProposalContext(
         target_name=target.name,
         model_config_name=target.model.config,

@@ -18,7 +18,7 @@ from evaluator.verdict import Verdict
 from targets import Target
 
 EvaluateFn = Callable[..., Verdict]  # evaluator.evaluate(candidate_dir, target, *, baseline_dir, work_dir, ...)
-CalibrateFn = Callable[..., Any]  # evaluator.calibrate_noise(baseline_dir, target, *, work_dir, gpu_index)
+CalibrateFn = Callable[..., Any]  # evaluator.calibrate_noise(baseline_dir, target, *, work_dir, gpu_index, secret_seed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +42,7 @@ class Executor(Protocol):
     def evaluate_all(self, jobs: Sequence[EvalJob]) -> Iterator[EvalResult]:
         """Evaluate every job; yield results in completion order."""
 
-    def calibrate(self, baseline_dir: Path, work_dir: Path) -> Any:
+    def calibrate(self, baseline_dir: Path, work_dir: Path, secret_seed: int) -> Any:
         """A/A noise calibration of the baseline on one device slot."""
 
     def close(self) -> None: ...
@@ -94,9 +94,9 @@ class LocalExecutor:
             for future in pending:
                 future.cancel()
 
-    def calibrate(self, baseline_dir: Path, work_dir: Path) -> Any:
+    def calibrate(self, baseline_dir: Path, work_dir: Path, secret_seed: int) -> Any:
         result, _ = self._on_slot(lambda gpu: self._calibrate(baseline_dir, self.target, work_dir=work_dir,
-                                                              gpu_index=gpu))
+                                                              gpu_index=gpu, secret_seed=secret_seed))
         return result
 
     def close(self) -> None:

@@ -12,9 +12,11 @@ import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from candidates import EngineRepo
+from evaluator import NoiseCalibration
 from knowledge_base import CandidateRecord, CandidateState, KnowledgeStore, RunRecord, RunState
 
 from . import events as ev
@@ -30,7 +32,7 @@ from .outcome import AGENT_ERROR, EDIT_ERROR, baseline_figures, feature_of, has_
 from .paths import reference_engine_dir, run_dir
 from .proposal import Proposal
 from .run_state import RunView, candidate_id, secret_seed
-from .variation import ask_agents, build_candidate, is_budget_stop, slot_agent
+from .variation import ask_agents, build_candidate, is_budget_stop
 
 log = logging.getLogger(__name__)
 
@@ -74,12 +76,12 @@ class Swarm:
         ledger = CostLedger(self.target.budget.dollars)
         agents = self.make_agents(ledger)  # missing API keys fail here, before a run is recorded
         run_id = self.kb.next_run_id(self.target.name)
-        log_ = self._open_log(run_id)
-        reference = self.repo.reference_commit(reference_engine_dir(self.target))
         secret = secrets.randbits(62)
         base = resolve_baseline(self.kb, self.repo, self.executor, request=self.target.baseline, key=self.key,
-                                reference_commit=reference, run_id=run_id,
+                                reference_dir=reference_engine_dir(self.target),
+                                reference_commit=self._reference_commit(), run_id=run_id,
                                 work_dir=run_dir(run_id) / "baseline_check", secret_seed=secret)
+        log_ = self._open_log(run_id)
         if base.checked is not None:
             log_.emit(ev.BaselineChecked(run_id=run_id, engine_id=base.checked.id, ok=base.check_ok,
                                          summary=base.check_summary))
@@ -165,14 +167,27 @@ class Swarm:
         self.events.emit(ev.SpendUpdated(run_id=run_id, iterations=spend.iterations, wall_minutes=spend.wall_minutes,
                                          gpu_hours=spend.gpu_hours, dollars=spend.dollars))
 
-    def _calibration(self, view: RunView):
+    def _engine_dir(self, run_id: str, engine_id: str, commit: str) -> Path:
+        """Where an engine is evaluated from: the reference package itself when the commit is today's reference
+        (the evaluator then reuses its oracle as the baseline), else a checkout under the run's directory."""
+        if commit == self._reference_commit():
+            return reference_engine_dir(self.target)
+        return self.repo.materialise(commit, run_dir(run_id) / "engines" / _dirname(engine_id))
+
+    @cache
+    def _reference_commit(self) -> str:
+        return self.repo.reference_commit(reference_engine_dir(self.target))
+
+    def _calibration(self, view: RunView) -> NoiseCalibration:
         if view.run.calibration_json:
-            return load_calibration(view.run.calibration_json)
-        work = run_dir(view.run.id) / "calibration"
-        baseline_dir = self.repo.materialise(view.baseline.commit, work / "baseline")
-        calibration = self.executor.calibrate(baseline_dir, work / "work")
+            return NoiseCalibration.model_validate_json(view.run.calibration_json)
+        baseline_dir = self._engine_dir(view.run.id, view.baseline.id, view.baseline.commit)
+        calibration = self.executor.calibrate(baseline_dir, run_dir(view.run.id) / "calibration",
+                                              secret_seed(view.run, "calibration"))
         self.kb.set_calibration(view.run.id, calibration.model_dump_json())
-        self.events.emit(ev.NoiseCalibrated(run_id=view.run.id, summary=_one_line(calibration)))
+        self.events.emit(ev.NoiseCalibrated(run_id=view.run.id, summary=(
+            f"A/A noise: baseline vs itself {calibration.speedup:.3f}x (CI {calibration.ci_low:.3f}-"
+            f"{calibration.ci_high:.3f}, spread {calibration.rel_iqr:.1%}, {calibration.pairs} pairs)")))
         return calibration
 
     def _vary(self, view: RunView, iteration: int, agents: list[Agent], num_slots: int, ledger: CostLedger) -> bool:
@@ -214,19 +229,18 @@ class Swarm:
                                                   title=record.title, error=error))
         return out_of_dollars
 
-    def _evaluate(self, view: RunView, iteration: int, calibration) -> None:
+    def _evaluate(self, view: RunView, iteration: int, calibration: NoiseCalibration) -> None:
         pending = view.unevaluated(iteration)
         if not pending:
             return
         run_id = view.run.id
         parent = view.parent_for(iteration)
-        engines = run_dir(run_id) / "engines"
-        baseline_dir = self.repo.materialise(parent.commit, engines / _dirname(parent.id))
+        baseline_dir = self._engine_dir(run_id, parent.id, parent.commit)
         jobs = []
         for c in pending:
             work = run_dir(run_id) / "work" / _dirname(c.id)
             shutil.rmtree(work, ignore_errors=True)  # a killed evaluation's leftovers
-            jobs.append(EvalJob(candidate_id=c.id, candidate_dir=self.repo.materialise(c.git_commit, engines / _dirname(c.id)),
+            jobs.append(EvalJob(candidate_id=c.id, candidate_dir=self._engine_dir(run_id, c.id, c.git_commit),
                                 baseline_dir=baseline_dir, work_dir=work, secret_seed=secret_seed(view.run, c.id),
                                 calibration=calibration))
             self.kb.mark_evaluating(c.id)
@@ -259,16 +273,8 @@ def _proposal(candidate: CandidateRecord) -> Proposal:
     return Proposal.model_validate_json(candidate.proposal_json)
 
 
-def load_calibration(text: str):
-    from evaluator import NoiseCalibration
-
-    return NoiseCalibration.model_validate_json(text)
-
-
 def _dirname(engine_id: str) -> str:
     """A directory name that is also a valid Python package name (the evaluator may import it as one)."""
     return "e_" + re.sub(r"\W", "_", engine_id)
 
 
-def _one_line(obj) -> str:
-    return getattr(obj, "summary", None) or str(obj)[:200]

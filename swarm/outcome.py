@@ -7,6 +7,7 @@ import json
 from pathlib import PurePosixPath
 
 from evaluator.verdict import Status, Verdict
+from knowledge_base.transforms import TRANSFORMS
 from knowledge_base import CandidateRecord, EngineKey, Figures, KeptEngine, LessonRecord, VerdictRecord
 from targets.schema import AcceptanceSpec
 
@@ -24,8 +25,12 @@ _FEATURE_OF_FILE = {
 
 
 def feature_of(proposal: Proposal) -> str:
-    features = sorted({_FEATURE_OF_FILE.get(PurePosixPath(e.path).stem, "engine") for e in proposal.edits})
-    return ",".join(features) or "engine"
+    """The features a proposal touches: its transforms' own, else those of the files it edits."""
+    if proposal.transforms and all(t in TRANSFORMS for t in proposal.transforms):
+        features = {TRANSFORMS[t].feature for t in proposal.transforms}
+    else:
+        features = {_FEATURE_OF_FILE.get(PurePosixPath(e.path).stem, "engine") for e in proposal.edits}
+    return ",".join(sorted(features)) or "engine"
 
 
 def verdict_figures(verdict: Verdict) -> Figures:

@@ -32,10 +32,10 @@ def _evaluate_task(evaluate: EvaluateFn, target: Target, candidate: dict[str, st
         return verdict, time.monotonic() - start
 
 
-def _calibrate_task(calibrate: CalibrateFn, target: Target, baseline: dict[str, str]) -> Any:
+def _calibrate_task(calibrate: CalibrateFn, target: Target, baseline: dict[str, str], secret_seed: int) -> Any:
     with tempfile.TemporaryDirectory(prefix="swarm-ray-") as tmp:
         write_files(baseline, Path(tmp, "baseline"))
-        return calibrate(Path(tmp, "baseline"), target, work_dir=Path(tmp, "work"))
+        return calibrate(Path(tmp, "baseline"), target, work_dir=Path(tmp, "work"), secret_seed=secret_seed)
 
 
 class RayExecutor:
@@ -74,8 +74,9 @@ class RayExecutor:
             for ref in pending:
                 self._ray.cancel(ref, force=True)
 
-    def calibrate(self, baseline_dir: Path, work_dir: Path) -> Any:
-        return self._ray.get(self._calibrate_remote.remote(self._calibrate, self.target, engine_files(baseline_dir)))
+    def calibrate(self, baseline_dir: Path, work_dir: Path, secret_seed: int) -> Any:
+        return self._ray.get(self._calibrate_remote.remote(self._calibrate, self.target, engine_files(baseline_dir),
+                                                           secret_seed))
 
     def close(self) -> None:
         if self._owns_ray:  # a cluster the caller connected to stays connected

@@ -114,3 +114,20 @@ def render_review(review: RunReview, console: Console) -> None:
         console.print(f"[bold]verdict[/bold] {r.verdict.status.value}: {r.verdict.summary}")
         console.print(evidence_table(r.verdict))
         console.print(Syntax(r.diff or "(empty diff)", "diff", theme="ansi_dark", word_wrap=True))
+
+
+def render_summary(kb: KnowledgeStore, run_id: str, console: Console) -> None:
+    """The closing lines of `swarm run`: kept engines with their speedup over the baseline, and what to run next."""
+    view = RunView.load(kb, run_id)
+    console.print(f"run {run_id} stopped: {view.run.stop_reason or view.run.state.value}")
+    if not view.kept:
+        console.print(f"no engine kept (baseline {view.baseline.id}); `swarm kb show {run_id}` lists the verdicts")
+        return
+    table = Table(title=f"kept engines (baseline {view.baseline.id})")
+    for name in ("engine", "title", "speedup vs baseline", "frames/s", "TTFA ms"):
+        table.add_column(name)
+    for k in sorted(view.kept, key=view.speedup_vs_baseline, reverse=True):
+        table.add_row(k.id, k.title, f"{view.speedup_vs_baseline(k):.3f}x", _fmt(k.figures.frames_per_s, ".1f"),
+                      _fmt(k.figures.ttfa_ms, ".2f"))
+    console.print(table)
+    console.print(f"review: swarm review {run_id} --html {run_id}.html")

@@ -26,7 +26,7 @@ class SlotAnswer:
     error: AgentError | None
 
 
-def slot_agent(agents: list[Agent], per_agent: int, slot: int) -> Agent:
+def _slot_agent(agents: list[Agent], per_agent: int, slot: int) -> Agent:
     """Slots are filled agent by agent: agent k owns slots k*per_agent .. (k+1)*per_agent - 1."""
     return agents[slot // per_agent]
 
@@ -38,7 +38,7 @@ def ask_agents(agents: list[Agent], per_agent: int, slots: list[int],
         return
 
     def ask(slot: int) -> SlotAnswer:
-        agent = slot_agent(agents, per_agent, slot)
+        agent = _slot_agent(agents, per_agent, slot)
         try:
             return SlotAnswer(slot, agent.name, agent.propose(context_for(slot)), None)
         except AgentError as e:

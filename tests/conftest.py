@@ -1,8 +1,15 @@
 """Shared test setup: GPU tests skip without CUDA; every test gets a private SWARM_HOME."""
 from __future__ import annotations
 
-import pytest
-import torch
+import os
+
+# Tiny-model ops are too small to gain from threads; on 2 shared cores, oversubscribed threads stall each other.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
 
 
 def pytest_collection_modifyitems(config, items):

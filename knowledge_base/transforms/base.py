@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 Files = Mapping[str, str]
 Params = dict[str, str | int | float | bool]
@@ -36,6 +37,7 @@ class Transform:
     apply: Callable[[Files, Params], list[Patch]]
     space: Mapping[str, tuple] = field(default_factory=dict)  # parameter -> candidate values, best guess first
     requires: tuple[str, ...] = ()  # transforms that must already be in the lineage
+    lesson: str = ""  # what to expect when it is tried (where it pays off, what it costs), for the agents
 
     def variants(self) -> Iterator[Params]:
         """Every parameter combination, in the space's order (the first is the default)."""
@@ -55,3 +57,19 @@ def replace_once(files: Files, path: str, search: str, replace: str) -> Patch:
     if source is None or source.count(search) != 1:
         raise NotApplicable(f"{path}: the code this transform rewrites is not there (or is ambiguous)")
     return Patch(path, search, replace)
+
+
+ASSETS = Path(__file__).parent / "assets"  # whole engine files some transforms add, one folder per transform
+
+
+def asset_files(files: Files, folder: str) -> list[Patch]:
+    """Patches creating the engine files kept in assets/<folder>/. A file the package already has with the same
+    text (added by another transform) is skipped; with different text the transform is NotApplicable."""
+    patches = []
+    for asset in sorted((ASSETS / folder).glob("*.py")):
+        source = asset.read_text()
+        if asset.name not in files:
+            patches.append(Patch(asset.name, "", source))
+        elif files[asset.name] != source:
+            raise NotApplicable(f"{asset.name}: the package already has a different file of this name")
+    return patches

@@ -59,8 +59,9 @@ class ReferenceEngine:
         positions = torch.arange(rows.shape[0], device=self.device)
         hidden = backbone(rows[:, 0], positions, self._request.backbone_caches)
         labels = rows[1:]
-        tower(hidden[:-1], rows[:-1], labels[:, 1], is_semantic_token(self.config, labels[:, 0]), positions[:-1],
-              self._request.tower_caches, lambda k, _: labels[:, 1 + k])
+        if len(labels):  # teacher-forced tower over rows 0..R-2: fills its KV caches, logits unused
+            tower(hidden[:-1], rows[:-1], labels[:, 1], is_semantic_token(self.config, labels[:, 0]),
+                  positions[:-1], self._request.tower_caches, lambda k, _: labels[:, 1 + k])
         return self._predict(hidden[-1:], rows[-1:], force)
 
     @torch.inference_mode()

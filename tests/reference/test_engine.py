@@ -110,6 +110,13 @@ def test_forced_frame_overrides_sampling(engine):
     assert step.code_logits.shape == (CFG.num_codebooks - 1, CFG.tower.head_size)
 
 
+def test_a_single_row_prompt_is_enough(engine):
+    step = engine.prefill(torch.tensor([[CFG.special_token_id("<|voice|>")] + [0] * 10]), SamplingParams(), 0)
+    for _ in range(3):
+        step = engine.decode_frame()
+    assert torch.isfinite(step.main_logits).all() and torch.isfinite(step.code_logits).all()
+
+
 def test_invalid_inputs_name_the_limit(engine):
     with pytest.raises(ValueError, match="max_prompt_rows"):
         engine.prefill(torch.zeros((CFG.max_prompt_rows + 1, 11), dtype=torch.long), SamplingParams(), 0)

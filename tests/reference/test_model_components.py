@@ -135,8 +135,9 @@ def test_tower_ignores_label_codes_of_non_semantic_frames(weights):
     tower = Tower(weights, CFG, CPU)
     hidden, rows = torch.randn(2, CFG.hidden_size), torch.zeros(2, 11, dtype=torch.long)
     not_semantic = torch.zeros(2, dtype=torch.bool)
-    a = tower(hidden, rows, torch.tensor([0, 0]), not_semantic, torch.arange(2), None, lambda k, _: torch.zeros(2).long())
-    b = tower(hidden, rows, torch.tensor([5, 9]), not_semantic, torch.arange(2), None, lambda k, _: torch.ones(2).long())
+    zeros, ones = torch.zeros(2, dtype=torch.long), torch.ones(2, dtype=torch.long)
+    a = tower(hidden, rows, zeros, not_semantic, torch.arange(2), None, lambda k, _: zeros)
+    b = tower(hidden, rows, torch.tensor([5, 9]), not_semantic, torch.arange(2), None, lambda k, _: ones)
     torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 

@@ -1,0 +1,142 @@
+"""Interleaved A/B streaming benchmark on the judge's clock, then an audit of one timed candidate trial.
+
+Work is fixed by the harness (ignore_eos, benchmark.frames frames, E24); every trial, warmup or timed, gets fresh
+inputs (E9, E11) shared by the pair; the two engines alternate which goes first (ABAB/BABA) while the idle one is
+frozen (Pool.use). Times are the judge's: request sent -> chunk message arrived (the worker syncs the device
+before sending). TTFA counts the first *audible* chunk (E23). Each trial must tile the schedule, carry the
+oracle's loudness (no silent padding or near-silence, E24) and never repeat an earlier trial's audio (replay,
+E9). The worker's own timing is cross-checked and disagreements are recorded as evidence. The audit has the
+oracle teacher-force one random timed trial's frames: every token must be one the oracle could have sampled,
+and the streamed audio must be the decode of those frames (catches cached, replayed or garbage output).
+"""
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass
+
+import torch
+
+from reference_runtime.api import StreamSchedule, TTSRequest
+from reference_runtime.config import get_config
+from reference_runtime.prompt import build_rows
+from reference_runtime.tokenizer import load_tokenizer
+from targets.schema import Target
+
+from .compare import Logits, check_waveform, invalid_frame, outside_support
+from .correctness import AudioLevel, silence_ratio
+from .inputs import trial_request
+from .sandbox import Deadline, Pool, Worker
+from .streams import StreamRun, check_stream, stream_once
+from .verdict import Evidence, EvaluatorError, Rejected, Status
+
+RMS_RATIO = 4.0  # a trial's RMS must be within this factor of the oracle's
+SILENCE_SLACK = 0.25  # and its silent-frame share at most this much above the oracle's
+CLOCK_SLACK = (0.25, 0.05)  # worker vs judge time may differ by 25% + 50 ms before it is recorded
+
+
+@dataclass(frozen=True, slots=True)
+class Trial:
+    engine: str  # "candidate" or "baseline" (in an A/A calibration, two copies of the baseline)
+    pair: int  # the two engines' trials of one request share it
+    prompt: str
+    timed: bool
+    request: TTSRequest
+    run: StreamRun
+    ttfa_s: float
+    audio_s: float
+
+    @property
+    def frames_per_s(self) -> float:
+        return self.request.max_frames / self.run.total_s
+
+    @property
+    def rtf(self) -> float:
+        return self.run.total_s / self.audio_s
+
+
+class Benchmark:
+    def __init__(self, pool: Pool, baseline: Worker, candidate: Worker, target: Target, rng: random.Random,
+                 level: AudioLevel):
+        self.pool, self.rng, self.level = pool, rng, level
+        self.engines = {"baseline": baseline, "candidate": candidate}
+        self.config = get_config(target.model.config)
+        self.spec = target.benchmark
+        self.schedule = StreamSchedule(first_chunk_frames=self.spec.first_chunk_frames)
+        self.evidence: list[Evidence] = []
+        self._seen_audio: set[tuple[str, str]] = set()
+
+    def run(self, deadline: Deadline) -> list[Trial]:
+        trials = []
+        for r in range(self.spec.warmup_trials + self.spec.warm_trials):
+            for prompt in self.spec.prompts:
+                pair = len(trials) // 2
+                request = trial_request(self.config, prompt, self.rng, self.spec.frames)
+                order = ("baseline", "candidate") if pair % 2 == 0 else ("candidate", "baseline")
+                for name in order:
+                    trials.append(self.trial(name, pair, prompt.name, request, r >= self.spec.warmup_trials,
+                                             deadline))
+        return trials
+
+    def trial(self, name: str, pair: int, prompt: str, request: TTSRequest, timed: bool,
+              deadline: Deadline) -> Trial:
+        run = stream_once(self.pool.use(self.engines[name]), request, self.schedule, deadline)
+        evidence = check_stream(self.config, prompt, run, self.schedule, request.max_frames)
+        audio = run.audio
+        evidence = evidence or self._loudness(prompt, audio)
+        digest = (name, hashlib.sha256(audio.numpy().tobytes()).hexdigest())
+        if not evidence and digest in self._seen_audio:
+            evidence = [Evidence(check="benchmark", prompt=prompt, message=(
+                "a trial repeated an earlier trial's audio exactly despite fresh inputs (replayed output?)"))]
+        if evidence:
+            self._reject(name, evidence)
+        self._seen_audio.add(digest)
+        judge_s = run.total_s
+        if abs(run.worker_s - judge_s) > CLOCK_SLACK[0] * judge_s + CLOCK_SLACK[1]:
+            self.evidence.append(Evidence(check="timing", prompt=prompt, value=run.worker_s, limit=judge_s, message=(
+                f"{name}: the worker says the stream took {run.worker_s:.3f} s, the judge measured {judge_s:.3f} s")))
+        audible = next((c for c in run.chunks if float(c.audio.pow(2).mean().sqrt()) >= self.level.floor), None)
+        ttfa = (audible or run.chunks[-1]).arrived - run.sent
+        return Trial(engine=name, pair=pair, prompt=prompt, timed=timed, request=request, run=run, ttfa_s=ttfa,
+                     audio_s=audio.numel() / self.config.codec.sample_rate)
+
+    def _loudness(self, prompt: str, audio: torch.Tensor) -> list[Evidence]:
+        rms = float(audio.pow(2).mean().sqrt())
+        silent = silence_ratio(audio, self.level.floor, self.config.codec.frame_samples)
+        if not self.level.rms / RMS_RATIO <= rms <= self.level.rms * RMS_RATIO:
+            return [Evidence(check="benchmark", prompt=prompt, value=rms, limit=self.level.rms, message=(
+                f"trial audio RMS {rms:.4f} is outside {RMS_RATIO:g}x of the oracle's {self.level.rms:.4f}"))]
+        if silent > self.level.silence_ratio + SILENCE_SLACK:
+            return [Evidence(check="benchmark", prompt=prompt, value=silent, limit=self.level.silence_ratio, message=(
+                f"{silent:.0%} of the trial's frames are silent against the oracle's {self.level.silence_ratio:.0%}"))]
+        return []
+
+    def _reject(self, name: str, evidence: list[Evidence]) -> None:
+        if name != "candidate":
+            raise EvaluatorError(f"the {name} engine failed a benchmark check: {evidence[0].message}")
+        raise Rejected(Status.CHEAT_SUSPECTED, evidence)
+
+
+def audit(pool: Pool, oracle: Worker, trial: Trial, target: Target, deadline: Deadline) -> None:
+    """Raise Rejected (cheat_suspected) unless `trial`'s frames are ones the oracle could have sampled and its
+    audio is their decode."""
+    config = get_config(target.model.config)
+    frames = trial.run.frames
+    bad = invalid_frame(config, frames)
+    if bad is not None:
+        raise Rejected(Status.CHEAT_SUSPECTED, [Evidence(check="audit", prompt=trial.prompt, frame=bad,
+                                                         message="a streamed frame holds invalid tokens")])
+    rows = build_rows(config, trial.request, load_tokenizer(config))
+    reply = pool.use(oracle).call("teacher_force", deadline, "logits", rows=rows, frames=frames, seed=0)
+    logits = Logits(reply["main"], reply["codes"])
+    outside = outside_support(config, logits, frames, trial.request.sampling, target.tolerances)
+    if outside.any():
+        f, k = (int(i) for i in outside.nonzero()[0])
+        raise Rejected(Status.CHEAT_SUSPECTED, [Evidence(check="audit", prompt=trial.prompt, frame=f, codebook=k,
+            message="a timed trial emitted a token outside the oracle's sampling support at that step")])
+    codes = frames[:, 1:].T.contiguous()
+    ref_audio = pool.use(oracle).call("decode_audio", deadline, "audio", codes=codes)["audio"]
+    evidence = check_waveform("audit", trial.prompt, ref_audio, trial.run.audio, target.tolerances.waveform_max_abs,
+                              config.codec.frame_samples)
+    if evidence:  # the streamed audio is not the decode of the streamed frames
+        raise Rejected(Status.CHEAT_SUSPECTED, evidence)

@@ -1,0 +1,146 @@
+"""The correctness cascade, cheapest first; the first failing stage raises Rejected with located evidence.
+
+1 component parity on fresh random inputs: codec decode of random codes, prefill logits of a random prompt;
+2 teacher forcing (the gate): held-out prompts from the secret seed, the oracle samples the frames, both engines
+  are forced along them and compared step by step (compare.check_logits);
+3 codec waveform parity on the oracle's frames; 4 free-running generation with the oracle's seed, compared up to
+the first divergence (reported, not gated); 5 the candidate's stream against its own generate (same seed).
+Expected tensors stay in the judge; the candidate only ever receives inputs (E8).
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import torch
+
+from reference_runtime.api import ROW_WIDTH, StreamSchedule, TTSRequest
+from reference_runtime.config import Drama3Config, get_config
+from reference_runtime.prompt import build_rows
+from reference_runtime.tokenizer import load_tokenizer
+from targets.schema import Target
+
+from .channel import describe, tensor_or_none
+from .compare import Logits, LogitStats, check_logits, check_waveform
+from .inputs import held_out_requests, prompt_label, random_codes, random_frame, sentence
+from .sandbox import Deadline, Pool, Worker
+from .streams import check_stream, stream_once
+from .verdict import Evidence, Rejected, Status
+
+AUDIBLE_FRACTION = 0.1  # a chunk is audible when its RMS is at least this share of the oracle's typical RMS
+CODEC_PARITY_FRAMES = (2, 12)
+
+
+@dataclass(frozen=True, slots=True)
+class AudioLevel:
+    """The oracle's typical loudness, the yardstick for audible first chunks and silence (E23, E24)."""
+
+    rms: float
+    silence_ratio: float  # share of 2048-sample frames below the audible floor
+
+    @property
+    def floor(self) -> float:
+        return AUDIBLE_FRACTION * self.rms
+
+    @classmethod
+    def of(cls, audio: torch.Tensor, frame_samples: int) -> AudioLevel:
+        rms = float(audio.pow(2).mean().sqrt())
+        return cls(rms=rms, silence_ratio=silence_ratio(audio, AUDIBLE_FRACTION * rms, frame_samples))
+
+
+def silence_ratio(audio: torch.Tensor, floor: float, frame_samples: int) -> float:
+    frames = audio[: audio.numel() // frame_samples * frame_samples].view(-1, frame_samples)
+    return float((frames.pow(2).mean(dim=1).sqrt() < floor).float().mean()) if frames.numel() else 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class CorrectnessReport:
+    free_running: list[int]
+    stats: list[LogitStats]
+    level: AudioLevel
+
+
+class Cascade:
+    def __init__(self, pool: Pool, oracle: Worker, candidate: Worker, target: Target, rng: random.Random):
+        self.pool, self.oracle, self.candidate, self.rng = pool, oracle, candidate, rng
+        self.config: Drama3Config = get_config(target.model.config)
+        self.tol = target.tolerances
+        self.schedule = StreamSchedule(first_chunk_frames=target.benchmark.first_chunk_frames)
+        self.tokenizer = load_tokenizer(self.config)
+
+    def run(self, deadline: Deadline) -> CorrectnessReport:
+        self.component_parity(deadline)
+        requests = held_out_requests(self.config, self.rng, self.tol.prompts, self.tol.frames)
+        labels = [prompt_label(i, r) for i, r in enumerate(requests)]
+        oracle_runs = [self._call(self.oracle, "generate", deadline, "generation", request=r) for r in requests]
+        stats = [self.teacher_forced(label, r, g["frames"], deadline)
+                 for label, r, g in zip(labels, requests, oracle_runs)]
+        for label, g in zip(labels, oracle_runs):
+            self.codec_parity(label, g["frames"][:, 1:].T.contiguous(), g["audio"], deadline)
+        free_running = [self.free_running_and_stream(label, r, g["frames"], deadline)
+                        for label, r, g in zip(labels, requests, oracle_runs)]
+        level = AudioLevel.of(torch.cat([g["audio"] for g in oracle_runs]), self.config.codec.frame_samples)
+        return CorrectnessReport(free_running=free_running, stats=stats, level=level)
+
+    def component_parity(self, deadline: Deadline) -> None:
+        codes = random_codes(self.config, self.rng, self.rng.randint(*CODEC_PARITY_FRAMES))
+        ref = self._call(self.oracle, "decode_audio", deadline, "audio", codes=codes)["audio"]
+        self.codec_parity("random codes", codes, ref, deadline)
+        request = TTSRequest(text=sentence(self.rng, self.rng.randint(1, 12)))
+        frame = random_frame(self.config, self.rng)[None]
+        self.teacher_forced("random prompt (prefill)", request, frame, deadline, drawn=False)
+
+    def teacher_forced(self, label: str, request: TTSRequest, frames: torch.Tensor, deadline: Deadline,
+                       drawn: bool = True) -> LogitStats:
+        """`drawn`: the frames were sampled by the oracle, so each token must lie in the candidate's support."""
+        rows = build_rows(self.config, request, self.tokenizer)
+        seed = self.rng.getrandbits(31)
+        ref, cand = (self._logits(w, rows, frames, seed, deadline) for w in (self.oracle, self.candidate))
+        sampling = request.sampling if drawn else None
+        stats, evidence = check_logits(self.config, label, ref, cand, frames, sampling, self.tol)
+        if evidence:
+            raise Rejected(Status.MISMATCH, evidence)
+        return stats
+
+    def codec_parity(self, label: str, codes: torch.Tensor, ref_audio: torch.Tensor, deadline: Deadline) -> None:
+        audio = self._call(self.candidate, "decode_audio", deadline, "audio", codes=codes).get("audio")
+        evidence = check_waveform("codec", label, ref_audio, tensor_or_none(audio), self.tol.waveform_max_abs,
+                                  self.config.codec.frame_samples)
+        if evidence:
+            raise Rejected(Status.MISMATCH, evidence)
+
+    def free_running_and_stream(self, label: str, request: TTSRequest, oracle_frames: torch.Tensor,
+                                deadline: Deadline) -> int:
+        """Frames equal to the oracle's before the first divergence; then the stream must equal generate."""
+        gen = self._call(self.candidate, "generate", deadline, "generation", request=request)
+        frames, audio = tensor_or_none(gen.get("frames")), tensor_or_none(gen.get("audio"))
+        n = request.max_frames
+        spf = self.config.codec.frame_samples
+        if frames is None or frames.dtype != torch.long or tuple(frames.shape) != (n, ROW_WIDTH) or \
+                audio is None or tuple(audio.shape) != (n * spf,):
+            raise Rejected(Status.MISMATCH, [Evidence(check="generate", prompt=label, message=(
+                f"generate returned frames {describe(frames)} and audio {describe(audio)}; expected int64 "
+                f"({n}, {ROW_WIDTH}) and float32 ({n * spf},) for max_frames={n}, ignore_eos"))])
+        differs = (frames != oracle_frames).any(dim=1)
+        agreement = int(differs.nonzero()[0, 0]) if differs.any() else n
+        run = stream_once(self.pool.use(self.candidate), request, self.schedule, deadline)
+        evidence = check_stream(self.config, label, run, self.schedule, n)
+        if not evidence and not torch.equal(run.frames, frames):
+            f = int((run.frames != frames).any(dim=1).nonzero()[0, 0])
+            evidence = [Evidence(check="stream", prompt=label, frame=f,
+                                 message="streamed frames differ from generate's with the same seed")]
+        evidence = evidence or check_waveform("stream", label, audio, run.audio, self.tol.stream_max_abs, spf)
+        if evidence:
+            raise Rejected(Status.MISMATCH, evidence)
+        return agreement
+
+    def _logits(self, worker: Worker, rows: torch.Tensor, frames: torch.Tensor, seed: int,
+                deadline: Deadline) -> Logits:
+        reply = self._call(worker, "teacher_force", deadline, "logits", rows=rows, frames=frames, seed=seed)
+        main, codes = tensor_or_none(reply.get("main")), tensor_or_none(reply.get("codes"))
+        if main is None or codes is None:
+            raise Rejected(Status.MISMATCH, [Evidence(check="teacher_forced", message="logits are not tensors")])
+        return Logits(main, codes)
+
+    def _call(self, worker: Worker, op: str, deadline: Deadline, kind: str, **args) -> dict:
+        return self.pool.use(worker).call(op, deadline, kind, **args)

@@ -1,0 +1,197 @@
+"""evaluate(): static scan -> confined builds -> correctness cascade -> interleaved benchmark -> audit -> Verdict;
+calibrate_noise(): the baseline against itself (A/A) under the same benchmark protocol.
+
+Whatever the candidate does, the caller gets a Verdict, never an exception. Failures of the oracle or of a trusted
+baseline raise EvaluatorError instead: they are the harness's problem, not the candidate's.
+"""
+from __future__ import annotations
+
+import random
+import secrets
+import shutil
+import statistics
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from reference_runtime.config import get_config
+from targets.schema import Target
+
+from . import static_scan
+from .benchmark import Benchmark, Trial, audit
+from .correctness import AudioLevel, Cascade
+from .inputs import held_out_requests
+from .sandbox import REFERENCE_DIR, Deadline, Pool, Ready, Worker, WorkerFailure
+from .statistics import NoiseCalibration, compare, decide, prompt_figures, rel_iqr, threshold
+from .verdict import BenchResult, Evidence, EvaluatorError, Rejected, Status, Verdict
+
+
+def evaluate(candidate_dir: Path, target: Target, *, baseline_dir: Path, work_dir: Path,
+             secret_seed: int | None = None, calibration: NoiseCalibration | None = None,
+             gpu_index: int | None = None) -> Verdict:
+    return _Evaluation(Path(candidate_dir), target, Path(baseline_dir), Path(work_dir), secret_seed, calibration,
+                       gpu_index).run()
+
+
+def calibrate_noise(baseline_dir: Path, target: Target, *, work_dir: Path, gpu_index: int | None = None,
+                    secret_seed: int | None = None) -> NoiseCalibration:
+    rng = random.Random(secrets.randbits(63) if secret_seed is None else secret_seed)
+    pool = Pool(target, _fresh_dir(Path(work_dir), "calibrate"), gpu_index)
+    try:
+        deadline = Deadline.after(target.timeouts.build_s, "build")
+        a, b = pool.start("baseline_a", Path(baseline_dir)), pool.start("baseline_b", Path(baseline_dir))
+        for worker in (a, b):
+            _trusted(pool.use(worker).ready, deadline)
+        deadline = Deadline.after(target.timeouts.benchmark_s, "benchmark")
+        level = _trusted(_level, pool, a, target, rng, deadline)
+        trials = _trusted(Benchmark(pool, a, b, target, rng, level).run, deadline)
+    finally:
+        pool.close()
+    ratios = _paired_ratios(trials)
+    c = compare(ratios, 1.0, target.benchmark.confidence, rng.getrandbits(32), target.benchmark.min_speedup)
+    return NoiseCalibration(speedup=c.speedup, ci_low=c.ci_low, ci_high=c.ci_high, rel_iqr=_spread(trials),
+                            pairs=len(ratios), baseline=str(baseline_dir))
+
+
+class _Evaluation:
+    def __init__(self, candidate_dir: Path, target: Target, baseline_dir: Path, work_dir: Path,
+                 secret_seed: int | None, calibration: NoiseCalibration | None, gpu_index: int | None):
+        self.candidate_dir, self.target, self.baseline_dir = candidate_dir, target, baseline_dir
+        self.rng = random.Random(secrets.randbits(63) if secret_seed is None else secret_seed)
+        self.calibration = calibration
+        self.pool = Pool(target, _fresh_dir(work_dir, "eval"), gpu_index)
+        self.evidence: list[Evidence] = []
+        self.stages: dict[str, float] = {}
+        self.ready: Ready | None = None
+        self.verdict_fields: dict = {}
+
+    def run(self) -> Verdict:
+        status, summary = Status.CRASH, ""
+        candidate = None
+        try:
+            status, summary = self._cascade()
+        except WorkerFailure as f:
+            if f.role != "candidate":
+                raise EvaluatorError(f"the {f.role} engine failed ({f.status.value}): {f.message}\n{f.log_tail}") from f
+            status, summary = f.status, f.message
+        except Rejected as r:
+            status, summary = r.status, r.evidence[0].message if r.evidence else r.status.value
+            self.evidence = r.evidence + self.evidence
+        finally:
+            candidate = next((w for w in self.pool.workers if w.role == "candidate"), None)
+            log_tail = candidate.log_tail() if candidate else ""
+            self.pool.close()
+        return Verdict(status=status, candidate=str(self.candidate_dir), baseline=str(self.baseline_dir),
+                       summary=summary, evidence=self.evidence, stage_seconds=self.stages, log_tail=log_tail,
+                       hardware=self.ready.hardware if self.ready else "",
+                       software=self.ready.software if self.ready else "", **self.verdict_fields)
+
+    @contextmanager
+    def stage(self, name: str, limit_s: float) -> Iterator[Deadline]:
+        started = time.perf_counter()
+        try:
+            yield Deadline.after(limit_s, name)
+        finally:
+            self.stages[name] = round(time.perf_counter() - started, 3)
+
+    def _cascade(self) -> tuple[Status, str]:
+        t = self.target
+        with self.stage("static", 60):
+            findings = static_scan.scan(self.candidate_dir) if self.candidate_dir.is_dir() else []
+            self.evidence += [f.evidence() for f in findings]
+            tampering = [f for f in findings if f.tampering]
+            if tampering:
+                return Status.CHEAT_SUSPECTED, f"static scan: {tampering[0].path}:{tampering[0].line}: " \
+                                               f"{tampering[0].message}"
+        with self.stage("build", t.timeouts.build_s) as deadline:
+            candidate = self._start("candidate", self.candidate_dir)
+            oracle = self.pool.start("oracle", None)
+            self.ready = candidate.ready(deadline)
+            oracle_ready = _trusted(self.pool.use(oracle).ready, deadline)
+        self.evidence += [Evidence(check="sandbox", message=n) for n in self.ready.notes]
+        if self.ready.fingerprint != oracle_ready.fingerprint:
+            raise Rejected(Status.MISMATCH, [Evidence(check="weights", message=(
+                f"weights fingerprint {self.ready.fingerprint} differs from the oracle's {oracle_ready.fingerprint}"))])
+        with self.stage("correctness", t.timeouts.correctness_s) as deadline:
+            report = Cascade(self.pool, oracle, candidate, t, self.rng).run(deadline)
+        self.verdict_fields["free_running_agreement_frames"] = report.free_running
+        baseline = oracle
+        if self.baseline_dir.resolve() != REFERENCE_DIR:
+            with self.stage("baseline_build", t.timeouts.build_s) as deadline:
+                baseline = self.pool.start("baseline", self.baseline_dir)
+                _trusted(self.pool.use(baseline).ready, deadline)
+        with self.stage("benchmark", t.timeouts.benchmark_s) as deadline:
+            bench = Benchmark(self.pool, baseline, candidate, t, self.rng, report.level)
+            trials = bench.run(deadline)
+            self.evidence += bench.evidence
+            timed = [x for x in trials if x.timed and x.engine == "candidate"]
+            audit(self.pool, oracle, self.rng.choice(timed), t, deadline)
+        return self._decide(trials)
+
+    def _start(self, role: str, package_dir: Path) -> Worker:
+        try:
+            return self.pool.start(role, package_dir)
+        except (OSError, shutil.Error) as e:
+            raise WorkerFailure(role, Status.BUILD_ERROR, f"cannot use {package_dir} as an engine package: {e}") from e
+
+    def _decide(self, trials: list[Trial]) -> tuple[Status, str]:
+        timed = [x for x in trials if x.timed]
+        results = {name: _bench_result(name, [x for x in timed if x.engine == name]) for name in ("candidate",
+                                                                                                   "baseline")}
+        ttfa = statistics.median(c.ttfa_ms_p50 / b.ttfa_ms_p50 for c, b in
+                                 zip(results["candidate"].prompts, results["baseline"].prompts))
+        limit = threshold(self.target.benchmark.min_speedup, self.calibration)
+        comparison = compare(_paired_ratios(trials), ttfa, self.target.benchmark.confidence,
+                             self.rng.getrandbits(32), limit)
+        self.verdict_fields |= {"candidate_bench": results["candidate"], "baseline_bench": results["baseline"],
+                                "comparison": comparison}
+        return decide(comparison, _spread(trials), self.target.benchmark.max_plausible_speedup)
+
+
+def _trusted(call, *args):
+    """Run a call on a trusted engine (oracle, baseline); its failures are the harness's, not the candidate's."""
+    try:
+        return call(*args)
+    except (WorkerFailure, Rejected) as e:
+        raise EvaluatorError(f"a trusted engine failed: {e}\n{getattr(e, 'log_tail', '')}") from e
+
+
+def _level(pool: Pool, worker: Worker, target: Target, rng: random.Random, deadline: Deadline) -> AudioLevel:
+    config = get_config(target.model.config)
+    request = held_out_requests(config, rng, 1, target.benchmark.frames)[0]
+    audio = pool.use(worker).call("generate", deadline, "generation", request=request)["audio"]
+    return AudioLevel.of(audio, config.codec.frame_samples)
+
+
+def _paired_ratios(trials: list[Trial]) -> list[float]:
+    """candidate/baseline frames/s of each timed pair (one request, both engines)."""
+    pairs: dict[int, dict[str, Trial]] = {}
+    for x in trials:
+        if x.timed:
+            pairs.setdefault(x.pair, {})[x.engine] = x
+    return [p["candidate"].frames_per_s / p["baseline"].frames_per_s for p in pairs.values()]
+
+
+def _spread(trials: list[Trial]) -> float:
+    groups: dict[tuple[str, str], list[float]] = {}
+    for x in trials:
+        if x.timed:
+            groups.setdefault((x.engine, x.prompt), []).append(x.frames_per_s)
+    return max(rel_iqr(v) for v in groups.values())
+
+
+def _bench_result(name: str, trials: list[Trial]) -> BenchResult:
+    prompts = sorted({x.prompt for x in trials}, key=[x.prompt for x in trials].index)
+    figures = []
+    for p in prompts:
+        mine = [x for x in trials if x.prompt == p]
+        figures.append(prompt_figures(p, [x.ttfa_s * 1e3 for x in mine], [x.frames_per_s for x in mine],
+                                      [x.rtf for x in mine]))
+    return BenchResult(engine=name, prompts=figures)
+
+
+def _fresh_dir(work_dir: Path, kind: str) -> Path:
+    path = work_dir / f"{kind}-{secrets.token_hex(4)}"
+    path.mkdir(parents=True)
+    return path

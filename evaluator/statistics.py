@@ -1,0 +1,78 @@
+"""Timing statistics and the speed decision: paired frames/s ratios, a bootstrap CI, spread, A/A calibration.
+
+PASS needs the CI's lower bound above the threshold, max(target min_speedup, the A/A upper bound), and a tidy
+spread; SLOWER when the upper bound is under the threshold or the median ratio is <= 1; NOISY when the spread
+(relative IQR of either engine's frames/s on some prompt) is too large to decide; a ratio above
+max_plausible_speedup is sent to manual review as cheat_suspected.
+"""
+from __future__ import annotations
+
+import statistics
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from reference_runtime.bench import Percentiles
+
+from .verdict import Comparison, PromptFigures, Status
+
+MAX_REL_IQR = 0.10
+BOOTSTRAP_RESAMPLES = 2000
+
+
+class NoiseCalibration(BaseModel):
+    """Baseline against itself (A/A), measured with the benchmark protocol: the speedup noise floor."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    speedup: float  # median paired ratio (ideally 1)
+    ci_low: float
+    ci_high: float
+    rel_iqr: float
+    pairs: int
+    baseline: str
+
+
+def rel_iqr(values: list[float]) -> float:
+    q1, q3 = np.percentile(values, [25, 75])
+    return float((q3 - q1) / np.median(values))
+
+
+def bootstrap_ci(ratios: list[float], confidence: float, seed: int) -> tuple[float, float]:
+    """Percentile bootstrap CI of the median of paired ratios."""
+    data = np.asarray(ratios)
+    rng = np.random.default_rng(seed)
+    medians = np.median(data[rng.integers(0, len(data), (BOOTSTRAP_RESAMPLES, len(data)))], axis=1)
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(medians, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def prompt_figures(prompt: str, ttfa_ms: list[float], fps: list[float], rtf: list[float]) -> PromptFigures:
+    t, f, r = Percentiles.of(ttfa_ms), Percentiles.of(fps), Percentiles.of(rtf)
+    return PromptFigures(prompt=prompt, trials=len(fps), ttfa_ms_p50=t.p50, ttfa_ms_p95=t.p95,
+                         frames_per_s_p50=f.p50, frames_per_s_p95=f.p95, rtf_p50=r.p50, rtf_p95=r.p95)
+
+
+def threshold(min_speedup: float, calibration: NoiseCalibration | None) -> float:
+    return max(min_speedup, calibration.ci_high) if calibration else min_speedup
+
+
+def compare(ratios: list[float], ttfa_ratio: float, confidence: float, seed: int, limit: float) -> Comparison:
+    low, high = bootstrap_ci(ratios, confidence, seed)
+    return Comparison(speedup=statistics.median(ratios), ci_low=low, ci_high=high, threshold=limit,
+                      ttfa_ratio=ttfa_ratio)
+
+
+def decide(c: Comparison, spread: float, max_plausible: float) -> tuple[Status, str]:
+    """The status and a one-line reason; `spread` is the largest relative IQR of frames/s seen."""
+    ci = f"speedup {c.speedup:.3f} (CI {c.ci_low:.3f}..{c.ci_high:.3f}, threshold {c.threshold:.3f})"
+    if c.speedup > max_plausible:
+        return Status.CHEAT_SUSPECTED, f"{ci} is above max_plausible_speedup {max_plausible:g}: manual review"
+    if c.ci_high < c.threshold or c.speedup <= 1:
+        return Status.SLOWER, f"not faster: {ci}"
+    if spread > MAX_REL_IQR:
+        return Status.NOISY, f"timing spread {spread:.0%} (relative IQR) is over {MAX_REL_IQR:.0%}: {ci}"
+    if c.ci_low > c.threshold:
+        return Status.PASS, f"faster: {ci}"
+    return Status.SLOWER, f"not faster beyond noise: {ci}"

@@ -1,0 +1,130 @@
+"""Attention transforms (backbone full-attention layers and every tower layer): RoPE from precomputed tables,
+GQA inside SDPA without copying the KV cache per query head, and one fused q/k/v projection.
+"""
+from __future__ import annotations
+
+from .base import Files, Params, Patch, Transform, replace_once
+
+LAYERS, ATTENTION = "layers.py", "attention.py"
+
+_ROPE_ANGLES = """\
+    half = rotary_dim // 2
+    inv_freq = theta ** (-torch.arange(0, half, device=x.device, dtype=torch.float32) * 2 / rotary_dim)
+    angles = positions.to(torch.float32)[:, None] * inv_freq[None, :]  # (T, half)
+    cos, sin = angles.cos()[:, None, :], angles.sin()[:, None, :]  # broadcast over heads
+"""
+_ROPE_SIGNATURE = "def apply_rope("
+
+
+def _rope_tables(files: Files, params: Params) -> list[Patch]:
+    rows = int(params["table_rows"])
+    return [
+        replace_once(files, LAYERS, _ROPE_ANGLES, """\
+    half = rotary_dim // 2
+    cos_table, sin_table = rope_table(rotary_dim, theta, x.device)
+    cos, sin = cos_table[positions][:, None, :], sin_table[positions][:, None, :]  # broadcast over heads
+"""),
+        replace_once(files, LAYERS, _ROPE_SIGNATURE, f'''\
+ROPE_TABLE_ROWS = {rows}  # positions are < max_context_rows (16384 for drama3), checked by the engine
+
+
+@functools.lru_cache(maxsize=None)
+def rope_table(rotary_dim: int, theta: float, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of position * theta^(-2i/rotary_dim), (ROPE_TABLE_ROWS, rotary_dim/2) fp32: computed once
+    per geometry with exactly the per-call arithmetic, so lookups equal the direct computation bit for bit."""
+    half = rotary_dim // 2
+    inv_freq = theta ** (-torch.arange(0, half, device=device, dtype=torch.float32) * 2 / rotary_dim)
+    angles = torch.arange(ROPE_TABLE_ROWS, device=device).to(torch.float32)[:, None] * inv_freq[None, :]
+    return angles.cos(), angles.sin()
+
+
+def apply_rope('''),
+        replace_once(files, LAYERS, "import torch\n", "import functools\n\nimport torch\n"),
+    ]
+
+
+rope_tables = Transform(
+    name="rope_tables",
+    summary="look RoPE cos/sin up in tables computed once per geometry instead of recomputing the angles "
+            "on every attention call",
+    feature="gated_attention",
+    devices=frozenset({"cpu", "cuda"}),
+    apply=_rope_tables,
+    space={"table_rows": (16384,)},
+)
+
+_MASK_AND_SDPA = """\
+        if cache is None:
+            keys, values, mask = k, v, None
+        else:
+            keys, values = cache.append(k, v)
+            mask = torch.arange(keys.shape[0], device=x.device)[None, :] <= positions[:, None]  # (T, rows)
+        group = g.num_heads // g.num_kv_heads  # query head h reads kv head h // group
+        attn = F.scaled_dot_product_attention(
+            q.transpose(0, 1), keys.repeat_interleave(group, dim=1).transpose(0, 1),
+            values.repeat_interleave(group, dim=1).transpose(0, 1), attn_mask=mask, is_causal=mask is None,
+        ).transpose(0, 1)  # (T, heads, head_dim)
+"""
+
+
+def _gqa_sdpa(files: Files, params: Params) -> list[Patch]:
+    return [replace_once(files, ATTENTION, _MASK_AND_SDPA, """\
+        causal, mask = True, None
+        if cache is not None:
+            keys_before = cache.length
+            k, v = cache.append(k, v)
+            # The cache holds exactly the rows before these: one new row sees them all (no mask), and a
+            # fresh cache is plain causal attention; only a multi-row continuation needs an explicit mask.
+            causal = T > 1 and keys_before == 0
+            if T > 1 and keys_before > 0:
+                mask = torch.arange(k.shape[0], device=x.device)[None, :] <= positions[:, None]  # (T, rows)
+        # enable_gqa: query head h reads kv head h // group inside SDPA, without repeating the cache.
+        attn = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
+                                              attn_mask=mask, is_causal=causal, enable_gqa=True).transpose(0, 1)
+""")]
+
+
+gqa_sdpa = Transform(
+    name="gqa_sdpa",
+    summary="let SDPA share KV heads across query groups (enable_gqa) instead of repeat_interleave copies of "
+            "the whole cache, and skip the mask when one new row attends to the full cache",
+    feature="gated_attention",
+    devices=frozenset({"cpu", "cuda"}),
+    apply=_gqa_sdpa,
+)
+
+_PROJ_INIT = """\
+        self.q_norm = take(weights, f"{prefix}q_norm.weight", (hd,), device)
+"""
+_PROJ_CALL = """\
+        qg = F.linear(x, self.q_proj).view(T, g.num_heads, 2, g.head_dim)
+        q, gate = qg[:, :, 0], qg[:, :, 1]
+        k = F.linear(x, self.k_proj).view(T, g.num_kv_heads, g.head_dim)
+        v = F.linear(x, self.v_proj).view(T, g.num_kv_heads, g.head_dim)
+"""
+
+
+def _fused_qkv(files: Files, params: Params) -> list[Patch]:
+    return [
+        replace_once(files, ATTENTION, _PROJ_INIT, _PROJ_INIT + """\
+        # q(+gate), k and v rows stacked: one matmul per call instead of three.
+        self.qkv_proj = torch.cat((self.q_proj, self.k_proj, self.v_proj))
+        self.qkv_split = (nh * hd * 2, nkv * hd, nkv * hd)
+"""),
+        replace_once(files, ATTENTION, _PROJ_CALL, """\
+        qg, k, v = F.linear(x, self.qkv_proj).split(self.qkv_split, dim=-1)
+        q, gate = qg.view(T, g.num_heads, 2, g.head_dim).unbind(2)
+        k = k.view(T, g.num_kv_heads, g.head_dim)
+        v = v.view(T, g.num_kv_heads, g.head_dim)
+"""),
+    ]
+
+
+fused_qkv = Transform(
+    name="fused_qkv",
+    summary="stack the q/gate, k and v projection weights at build time so each attention call does one "
+            "matmul instead of three",
+    feature="gated_attention",
+    devices=frozenset({"cpu", "cuda"}),
+    apply=_fused_qkv,
+)

@@ -1,0 +1,39 @@
+"""Candidate engines for evaluator tests: a copy of the reference engine package with text edits applied.
+
+    make_candidate(tmp_path, {"tower.py": (old, new)})            # edit a reference file (old must occur once)
+    make_candidate(tmp_path, files={"__init__.py": "raise ..."})  # replace or add whole files
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from evaluator.sandbox import REFERENCE_DIR
+
+
+def make_candidate(tmp_path: Path, edits: dict[str, tuple[str, str]] | None = None,
+                   files: dict[str, str] | None = None, name: str = "candidate") -> Path:
+    """A candidate directory under tmp_path: the reference package, then `edits` (filename -> (old, new), each
+    `old` must occur exactly once), then `files` (filename -> full new content)."""
+    dest = tmp_path / name
+    shutil.copytree(REFERENCE_DIR, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for filename, (old, new) in (edits or {}).items():
+        path = dest / filename
+        text = path.read_text()
+        if text.count(old) != 1:
+            raise ValueError(f"make_candidate: {filename} contains {text.count(old)} copies of {old!r}, need "
+                             "exactly 1; quote a longer, unique piece of the reference")
+        path.write_text(text.replace(old, new))
+    for filename, content in (files or {}).items():
+        (dest / filename).write_text(content)
+    return dest
+
+
+def build_engine_body(body: str) -> dict[str, str]:
+    """`files=` for a candidate whose build_engine runs `body` (indented Python) before building the reference."""
+    indented = "\n".join("    " + line for line in body.strip().splitlines())
+    init = (REFERENCE_DIR / "__init__.py").read_text()
+    marker = "    device = torch.device(device)\n"
+    if init.count(marker) != 1:
+        raise ValueError(f"build_engine_body: {marker.strip()!r} not found once in the reference __init__.py")
+    return {"__init__.py": init.replace(marker, indented + "\n" + marker)}

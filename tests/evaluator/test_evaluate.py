@@ -1,0 +1,56 @@
+"""End to end on drama3-tiny: the reference against itself is correct and never a false win; slightly wrong
+candidates are mismatches located to the frame and codebook; an A/A calibration raises the threshold."""
+from __future__ import annotations
+
+import pytest
+
+from evaluator import Status, Verdict, calibrate_noise, evaluate
+from evaluator.sandbox import REFERENCE_DIR
+from tests.evaluator.candidates import make_candidate
+
+
+def test_reference_against_itself_is_correct_and_not_faster(self_verdict, tiny_target):
+    v = self_verdict
+    assert v.status in (Status.SLOWER, Status.NOISY), v.summary
+    assert v.free_running_agreement_frames == [tiny_target.tolerances.frames] * tiny_target.tolerances.prompts
+    assert v.comparison is not None and v.comparison.threshold == tiny_target.benchmark.min_speedup
+    assert v.comparison.ci_low <= v.comparison.speedup <= v.comparison.ci_high
+    for bench in (v.candidate_bench, v.baseline_bench):
+        [figures] = bench.prompts
+        assert figures.trials == tiny_target.benchmark.warm_trials
+        assert 0 < figures.ttfa_ms_p50 and 0 < figures.frames_per_s_p50 and 0 < figures.rtf_p50
+    assert {"static", "build", "correctness", "benchmark"} <= set(v.stage_seconds)
+    assert not [e for e in v.evidence if e.check == "static"]
+    assert Verdict.model_validate_json(v.model_dump_json()) == v
+
+
+# Each edit is small: the teacher-forced gate must see it and say where.
+WRONG = {
+    "code5_head_scaled": ({"tower.py": ("logits.append(F.linear(x, self.heads[k - 1]).float())",
+                                        "logits.append(F.linear(x, self.heads[k - 1]).float() * (1.01 if k == 5 "
+                                        "else 1.0))")}, 5),
+    "backbone_norm_eps": ({"backbone.py": ("        return rms_norm(x, self.norm, self.eps)",
+                                           "        return rms_norm(x, self.norm, 1e-2)")}, None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(WRONG))
+def test_slightly_wrong_candidate_is_a_located_mismatch(case, tiny_target, tmp_path):
+    edits, codebook = WRONG[case]
+    verdict = evaluate(make_candidate(tmp_path, edits), tiny_target, baseline_dir=REFERENCE_DIR,
+                       work_dir=tmp_path / "work", secret_seed=7)
+    assert verdict.status == Status.MISMATCH, verdict.summary
+    worst = verdict.evidence[0]
+    assert worst.check == "teacher_forced" and worst.prompt and worst.frame is not None
+    assert worst.codebook == codebook if codebook is not None else worst.codebook is not None
+    assert worst.value > worst.limit
+    assert verdict.comparison is None
+
+
+def test_calibration_raises_the_threshold(tiny_target, tmp_path):
+    calibration = calibrate_noise(REFERENCE_DIR, tiny_target, work_dir=tmp_path, secret_seed=3)
+    assert calibration.pairs == tiny_target.benchmark.warm_trials * len(tiny_target.benchmark.prompts)
+    assert calibration.ci_low <= calibration.speedup <= calibration.ci_high
+    noisy = calibration.model_copy(update={"ci_high": 3.0})
+    verdict = evaluate(REFERENCE_DIR, tiny_target, baseline_dir=REFERENCE_DIR, work_dir=tmp_path, calibration=noisy)
+    assert verdict.comparison.threshold == 3.0 and verdict.status != Status.PASS

@@ -1,0 +1,55 @@
+"""Every way a candidate can fail gives a typed verdict, and the caller survives: crash, import error, hang,
+sys.exit, segfault, host OOM (RSS watch and MemoryError), CUDA fault text."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from evaluator import Status, evaluate
+from evaluator.sandbox import REFERENCE_DIR
+from tests.evaluator.candidates import build_engine_body, make_candidate
+
+CASES = {
+    "raise": (build_engine_body('raise RuntimeError("boom from build_engine")'), Status.BUILD_ERROR, "boom"),
+    "import_error": ({"__init__.py": "import no_such_module_h3a\n"}, Status.BUILD_ERROR, "no_such_module_h3a"),
+    "no_build_engine": ({"__init__.py": "VALUE = 1\n"}, Status.BUILD_ERROR, "build_engine"),
+    "sys_exit": (build_engine_body("import sys\nsys.exit(3)"), Status.CRASH, "exited with code 3"),
+    "segfault": (build_engine_body("import ctypes\nctypes.string_at(0)"), Status.CRASH, "SIGSEGV"),
+    "memory_error": (build_engine_body('raise MemoryError("simulated")'), Status.OOM, "simulated"),
+    "cuda_fault": (build_engine_body('raise RuntimeError("CUDA error: an illegal memory access was encountered")'),
+                   Status.CUDA_FAULT, "illegal memory access"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_failure_becomes_a_verdict(case, tiny_target, tmp_path):
+    files, status, text = CASES[case]
+    candidate = make_candidate(tmp_path, files=files)
+    verdict = evaluate(candidate, tiny_target, baseline_dir=REFERENCE_DIR, work_dir=tmp_path / "work")
+    assert verdict.status == status, verdict.summary
+    assert text in verdict.summary or text in verdict.log_tail
+    assert not verdict.status.is_correct and verdict.comparison is None
+
+
+def test_hang_times_out_without_blocking_the_caller(tiny_target, tmp_path):
+    candidate = make_candidate(tmp_path, files=build_engine_body("while True:\n    pass"))
+    target = tiny_target.model_copy(update={"timeouts": tiny_target.timeouts.model_copy(update={"build_s": 6})})
+    started = time.perf_counter()
+    verdict = evaluate(candidate, target, baseline_dir=REFERENCE_DIR, work_dir=tmp_path / "work")
+    assert verdict.status == Status.TIMEOUT and "build time limit" in verdict.summary
+    assert time.perf_counter() - started < 30
+
+
+def test_rss_over_the_memory_limit_is_oom(tiny_target, tmp_path):
+    body = "import time, torch\nhog = []\nfor _ in range(48):\n    hog.append(torch.ones(2**26))\n    time.sleep(0.05)"
+    candidate = make_candidate(tmp_path, files=build_engine_body(body))
+    hardware = tiny_target.hardware.model_copy(update={"memory_limit_gib": 1.5})
+    verdict = evaluate(candidate, tiny_target.model_copy(update={"hardware": hardware}), baseline_dir=REFERENCE_DIR,
+                       work_dir=tmp_path / "work")
+    assert verdict.status == Status.OOM and "memory_limit_gib" in verdict.summary
+
+
+def test_missing_candidate_dir_is_a_build_error(tiny_target, tmp_path):
+    verdict = evaluate(tmp_path / "nope", tiny_target, baseline_dir=REFERENCE_DIR, work_dir=tmp_path / "work")
+    assert verdict.status == Status.BUILD_ERROR and "no __init__.py" in verdict.summary

@@ -1,0 +1,63 @@
+"""The `swarm` CLI end to end (typer CliRunner) over runs made with the fakes."""
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from loop_helpers import fake_swarm, small_target
+from swarm.cli import app
+from swarm_fakes import FakeAgent
+
+runner = CliRunner(env={"COLUMNS": "250"})
+
+
+def _run_with_a_kept_engine() -> str:
+    with fake_swarm(small_target(budget={"iterations": 2}), [FakeAgent("a", {(1, 0): 1.5, (2, 1): "broken"})]) as s:
+        return s.start().run_id
+
+
+def test_malformed_target_yaml_is_a_located_error_without_traceback(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nmodel:\n  config: drama3-tiny\nhardware:\n  device: tpu\nbenchmark:\n  prompts: []\n"
+                   "budgte: {}\n")
+    result = runner.invoke(app, ["run", str(bad)])
+    assert result.exit_code == 2
+    assert f"{bad}:5: hardware.device" in result.output and f"{bad}:8: budgte" in result.output
+    assert "unknown key" in result.output and "Traceback" not in result.output
+    unparsable = tmp_path / "broken.yaml"
+    unparsable.write_text("name: [unclosed\n")
+    result = runner.invoke(app, ["run", str(unparsable)])
+    assert result.exit_code == 2 and "not valid YAML" in result.output
+
+
+def test_review_shows_the_winning_diff_and_writes_an_html_report(tmp_path):
+    run_id = _run_with_a_kept_engine()
+    html = tmp_path / "review.html"
+    result = runner.invoke(app, ["review", run_id, "--html", str(html)])
+    assert result.exit_code == 0, result.output
+    assert f"{run_id}.i001.s00" in result.output and "1.500x" in result.output
+    assert "+SPEED = 1.5" in result.output and "fake_speed.py" in result.output
+    page = html.read_text()
+    assert page.startswith("<!doctype html>") and page.count("<svg") == 2 and "best frames/s" in page
+    assert '<span class="add">+SPEED = 1.5' in page and "<script" not in page
+
+
+def test_kb_list_show_and_export(tmp_path):
+    run_id = _run_with_a_kept_engine()
+    listed = runner.invoke(app, ["kb", "list"])
+    assert listed.exit_code == 0 and run_id in listed.output and f"{run_id}.i001.s00" in listed.output
+    shown = runner.invoke(app, ["kb", "show", run_id])
+    assert shown.exit_code == 0 and "mismatch" in shown.output and "pass" in shown.output
+    candidate = runner.invoke(app, ["kb", "show", f"{run_id}.i002.s01"])
+    assert candidate.exit_code == 0 and "teacher_forced" in candidate.output
+    assert runner.invoke(app, ["kb", "show", "nope"]).exit_code == 2
+    exported = json.loads(runner.invoke(app, ["kb", "export", "--json"]).output)
+    assert len(exported["candidates"]) == 4 and exported["kept_engines"][0]["id"] == f"{run_id}.i001.s00"
+    lines = runner.invoke(app, ["kb", "export"]).output.splitlines()
+    assert {json.loads(line)["table"] for line in lines} == {"runs", "candidates", "verdicts", "kept_engines", "lessons"}
+
+
+def test_review_of_an_unknown_run_exits_2():
+    result = runner.invoke(app, ["review", "no-such-run"])
+    assert result.exit_code == 2 and "no run 'no-such-run'" in result.output

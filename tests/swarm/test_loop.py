@@ -1,0 +1,114 @@
+"""The orchestrator loop with fake agents and a fake evaluator: retention, lineage, feedback, stop rules."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from knowledge_base import REFERENCE_ID, CandidateState
+from loop_helpers import fake_swarm, small_target
+from swarm.events import EngineKept, EvaluationFinished, read_events
+from swarm.loop import ACCEPTED
+from swarm.paths import run_dir
+from swarm.run_state import RunView
+from swarm_fakes import SPEED_FILE, FakeAgent, FakeEvaluator
+
+
+def test_pass_is_kept_and_becomes_the_next_parent():
+    agent = FakeAgent("a", {(1, 0): 1.5, (1, 1): "broken", (2, 0): 1.2, (2, 1): "bad_edit"})
+    with fake_swarm(small_target(), [agent]) as swarm:
+        outcome = swarm.start()
+        view = RunView.load(swarm.kb, outcome.run_id)
+        lessons = swarm.kb.lessons()
+        repo = swarm.repo
+    assert outcome.run_id == "fake-cpu-001" and outcome.stop_reason.startswith("iteration budget")
+    assert [c.id for c in view.candidates] == [f"fake-cpu-001.i00{i}.s0{s}" for i in (1, 2) for s in (0, 1)]
+    statuses = {cid: v.status for cid, v in view.verdicts.items()}
+    assert list(statuses.values()) == ["pass", "mismatch", "pass", "edit_error"]
+    first, second = view.kept
+    assert first.parent_id == REFERENCE_ID and second.parent_id == first.id
+    assert second.speedup_vs_reference == pytest.approx(1.8)
+    assert view.speedup_vs_baseline(view.best()) == pytest.approx(1.8)
+    # lineage in git: the second kept engine is a child of the first, which is a child of the reference
+    assert repo.info(second.git_commit).parents == (first.git_commit,)
+    assert repo.info(first.git_commit).parents == (view.baseline.commit,)
+    assert "SPEED = 1.8" in repo.files(second.git_commit)[SPEED_FILE].replace("1.7999999999999998", "1.8")
+    edit_error = view.candidates[3]
+    assert edit_error.git_commit == "" and edit_error.state is CandidateState.DONE
+    # the mismatch of iteration 1 is in iteration 2's context, and iteration 2 forks from the kept engine
+    context = next(c for c in agent.contexts if c.iteration == 2)
+    assert context.parent_id == first.id and any("mismatch" in f for f in context.failures)
+    assert context.applied_transforms == ["fake_i001.s00"]
+    assert {(lesson.outcome, lesson.candidate_id) for lesson in lessons} == {
+        ("worked", first.id), ("failed", view.candidates[1].id), ("worked", second.id), ("failed", edit_error.id)}
+    assert "does not match" in next(lesson.evidence for lesson in lessons if lesson.candidate_id == edit_error.id)
+
+
+def test_edit_errors_are_fed_back_to_the_next_iteration():
+    agent = FakeAgent("a", {(1, 0): "bad_edit"})
+    with fake_swarm(small_target(), [agent]) as swarm:
+        swarm.start()
+    context = next(c for c in agent.contexts if c.iteration == 2)
+    assert any("edits did not apply" in lesson.summary for lesson in context.lessons)
+    assert any("(edit_error): edit block 1 (fake_speed.py): no such file" in f for f in context.failures)
+
+
+def test_run_stops_when_acceptance_criteria_hold():
+    target = small_target(acceptance={"speedup": 1.4}, budget={"iterations": 5})
+    events = []
+    with fake_swarm(target, [FakeAgent("a", {(1, 1): 1.5})], listeners=[events.append]) as swarm:
+        outcome = swarm.start()
+        iterations = {c.iteration for c in swarm.kb.candidates(outcome.run_id)}
+    assert outcome.accepted and outcome.stop_reason == ACCEPTED and iterations == {1}
+    kept = [e for e in events if isinstance(e, EngineKept)]
+    assert len(kept) == 1 and kept[0].speedup_vs_baseline == pytest.approx(1.5)
+    logged = read_events(run_dir(outcome.run_id) / "events.jsonl")
+    assert [e.kind for e in logged][0] == "run_started" and logged[-1].kind == "run_stopped"
+    assert sum(isinstance(e, EvaluationFinished) for e in logged) == 2
+
+
+@pytest.mark.parametrize("budget, reason", [
+    ({"iterations": 1}, "iteration budget"),
+    ({"wall_minutes": 0.02}, "wall-clock budget"),  # 1.2 s: one iteration of two 0.8 s evaluations
+    ({"dollars": 1.0}, "dollar budget"),
+    ({"gpu_hours": 1e-6}, "GPU-hour budget"),
+])
+def test_budget_caps_stop_the_run(budget, reason):
+    target = small_target(budget={"iterations": 4, **budget})
+    agent = FakeAgent("a", {}, cost_usd=0.3)
+    delay_s = 0.8 if "wall_minutes" in budget else 0.01
+    with fake_swarm(target, [agent], FakeEvaluator(delay_s=delay_s)) as swarm:
+        outcome = swarm.start()
+        run = swarm.kb.run(outcome.run_id)
+        iterations = {c.iteration for c in swarm.kb.candidates(outcome.run_id)}
+    assert outcome.stop_reason.startswith(reason) and not outcome.accepted
+    assert iterations == ({1, 2} if reason == "dollar budget" else {1})
+    assert run.spent_usd <= 1.0 + 1e-9 if "dollars" in budget else run.spent_usd > 0
+
+
+def test_dollar_cap_refusal_mid_iteration_stops_after_evaluating_what_exists():
+    agent = FakeAgent("a", {(1, 1): "budget", (1, 0): 1.5})
+    with fake_swarm(small_target(budget={"iterations": 3}), [agent]) as swarm:
+        outcome = swarm.start()
+        candidates = swarm.kb.candidates(outcome.run_id)
+    assert outcome.stop_reason.startswith("dollar budget")
+    assert [c.slot for c in candidates] == [0] and candidates[0].state is CandidateState.DONE
+
+
+def test_agent_failure_is_recorded_without_a_lesson():
+    with fake_swarm(small_target(budget={"iterations": 1}), [FakeAgent("a", {(1, 0): "error"})]) as swarm:
+        outcome = swarm.start()
+        verdict = swarm.kb.verdict(f"{outcome.run_id}.i001.s00")
+        lessons = swarm.kb.lessons()
+    assert verdict.status == "agent_error" and "no edits" in verdict.summary
+    assert all(lesson.candidate_id != f"{outcome.run_id}.i001.s00" for lesson in lessons)
+
+
+def test_second_run_gets_the_next_id_and_a_fresh_secret():
+    with fake_swarm(small_target(budget={"iterations": 1}), [FakeAgent("a", {})]) as swarm:
+        first = swarm.start()
+        second = swarm.start()
+        runs = [swarm.kb.run(first.run_id), swarm.kb.run(second.run_id)]
+    assert (first.run_id, second.run_id) == ("fake-cpu-001", "fake-cpu-002")
+    assert runs[0].secret != runs[1].secret
+    assert json.loads(runs[0].calibration_json)["pairs"] == 4

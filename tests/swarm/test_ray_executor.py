@@ -1,0 +1,37 @@
+"""The Ray executor on a local CPU cluster: one evaluation as a Ray task, engine sources shipped by value."""
+from __future__ import annotations
+
+import pytest
+
+import swarm_fakes
+from candidates import write_files
+from loop_helpers import small_target
+from swarm.executor import EvalJob
+from swarm_fakes import SPEED_FILE, FakeEvaluator, fake_calibrate, speed_file
+
+ray = pytest.importorskip("ray")
+
+
+def test_ray_task_evaluates_a_candidate_and_calibrates(tmp_path):
+    from swarm.ray_executor import RayExecutor
+
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(swarm_fakes)  # Ray workers do not have tests/ on their path
+    target = small_target(executor="ray")
+    write_files({SPEED_FILE: speed_file(1.5, "c"), "__init__.py": ""}, tmp_path / "candidate")
+    write_files({"__init__.py": ""}, tmp_path / "baseline")
+    job = EvalJob(candidate_id="c", candidate_dir=tmp_path / "candidate", baseline_dir=tmp_path / "baseline",
+                  work_dir=tmp_path / "work", secret_seed=1)
+    executor = RayExecutor(target, evaluate=FakeEvaluator(), calibrate=fake_calibrate)
+    try:
+        (result,) = list(executor.evaluate_all([job]))
+        calibration = executor.calibrate(tmp_path / "baseline", tmp_path / "cal", secret_seed=2)
+    finally:
+        executor.close()
+        cloudpickle.unregister_pickle_by_value(swarm_fakes)
+    assert result.job is job and result.verdict.status.value == "pass"
+    assert result.verdict.comparison.speedup == pytest.approx(1.5)
+    assert "swarm-ray-" in result.verdict.candidate  # evaluated from the worker's own copy
+    assert calibration.pairs == 4
+    assert not ray.is_initialized()

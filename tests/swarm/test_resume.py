@@ -1,0 +1,70 @@
+"""kill -9 in the middle of an evaluation, then `resume`: nothing lost, nothing evaluated or proposed twice."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from knowledge_base import CandidateState, KnowledgeStore, RunState
+from loop_helpers import small_target
+from swarm.paths import kb_path, swarm_home
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+
+
+def _calls() -> list[dict]:
+    path = swarm_home() / "fake_calls.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _swarm(tmp_path: Path, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)])}
+    return subprocess.Popen([sys.executable, str(HERE / "swarm_fakes.py"), *args], env=env, cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def test_resume_after_kill_9_mid_evaluation(tmp_path):
+    target = small_target(budget={"iterations": 2})
+    (tmp_path / "target.json").write_text(target.model_dump_json())
+    (tmp_path / "plan.json").write_text(json.dumps({"1,0": 1.5, "2,1": 1.2}))
+    args = [str(tmp_path / "target.json"), str(tmp_path / "plan.json"), "1.0"]
+    proc = _swarm(tmp_path, *args)
+    deadline = time.monotonic() + 60
+    # Kill once the first evaluation of iteration 2 has started (iteration 1 is fully done by then).
+    while sum(c["event"] == "start" for c in _calls()) < 3:
+        assert proc.poll() is None, proc.stdout.read()
+        assert time.monotonic() < deadline, "the run never reached iteration 2"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    kb = KnowledgeStore(kb_path(target))
+    run_id = kb.runs()[0].id
+    states = {c.id: c.state for c in kb.candidates(run_id)}
+    assert list(states.values()).count(CandidateState.DONE) == 2 and len(states) == 4
+    assert kb.run(run_id).state is RunState.RUNNING
+
+    resumed = _swarm(tmp_path, *args, run_id)
+    output, _ = resumed.communicate(timeout=120)
+    assert resumed.returncode == 0, output
+    assert f"{run_id} iteration budget spent" in output
+
+    calls = _calls()
+    proposals = Counter((c["iteration"], c["slot"]) for c in calls if c["event"] == "propose")
+    assert proposals == {(1, 0): 1, (1, 1): 1, (2, 0): 1, (2, 1): 1}
+    done = Counter(c["candidate"] for c in calls if c["event"] == "done")
+    started = Counter(c["candidate"] for c in calls if c["event"] == "start")
+    assert len(done) == 4 and set(done.values()) == {1}
+    assert sorted(started.values()) == [1, 1, 1, 2]  # only the killed evaluation ran again
+    kb = KnowledgeStore(kb_path(target))
+    run = kb.run(run_id)
+    assert run.state is RunState.FINISHED and run.elapsed_s > 0
+    assert all(c.state is CandidateState.DONE for c in kb.candidates(run_id))
+    assert [k.id for k in kb.kept_engines(run_id)] == [f"{run_id}.i001.s00", f"{run_id}.i002.s01"]
+    events = [json.loads(line)["kind"] for line in (swarm_home() / "runs" / run_id / "events.jsonl").read_text().splitlines()]
+    assert events.count("run_started") == 2 and events.count("noise_calibrated") == 1
