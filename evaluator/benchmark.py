@@ -1,13 +1,9 @@
 """Interleaved A/B streaming benchmark on the judge's clock, then an audit of one timed candidate trial.
 
-Work is fixed by the harness (ignore_eos, benchmark.frames frames, E24); every trial, warmup or timed, gets fresh
-inputs (E9, E11) shared by the pair; the two engines alternate which goes first (ABAB/BABA) while the idle one is
-frozen (Pool.use). Times are the judge's: request sent -> chunk message arrived (the worker syncs the device
-before sending). TTFA counts the first *audible* chunk (E23). Each trial must tile the schedule, carry the
-oracle's loudness (no silent padding or near-silence, E24) and never repeat an earlier trial's audio (replay,
-E9). The worker's own timing is cross-checked and disagreements are recorded as evidence. The audit has the
-oracle teacher-force one random timed trial's frames: every token must be one the oracle could have sampled,
-and the streamed audio must be the decode of those frames (catches cached, replayed or garbage output).
+Fixed work (ignore_eos, benchmark.frames; E24); fresh inputs every trial, warmup or timed, shared by the pair (E9,
+E11); ABAB/BABA order with the idle engine frozen; times = request sent -> chunk arrived; TTFA = first audible
+chunk (E23); each trial must tile the schedule, match the oracle's loudness (E24) and not repeat earlier audio (E9).
+Audit: the oracle teacher-forces a random timed trial's frames (each token in its support, audio = their decode).
 """
 from __future__ import annotations
 
@@ -28,7 +24,7 @@ from .correctness import AudioLevel, silence_ratio
 from .inputs import trial_request
 from .sandbox import Deadline, Pool, Worker
 from .streams import StreamRun, check_stream, stream_once
-from .verdict import Evidence, EvaluatorError, Rejected, Status
+from .verdict import EvaluatorError, Evidence, Rejected, Status
 
 RMS_RATIO = 4.0  # a trial's RMS must be within this factor of the oracle's
 SILENCE_SLACK = 0.25  # and its silent-frame share at most this much above the oracle's
@@ -92,9 +88,10 @@ class Benchmark:
             self._reject(name, evidence)
         self._seen_audio.add(digest)
         judge_s = run.total_s
-        if abs(run.worker_s - judge_s) > CLOCK_SLACK[0] * judge_s + CLOCK_SLACK[1]:
-            self.evidence.append(Evidence(check="timing", prompt=prompt, value=run.worker_s, limit=judge_s, message=(
-                f"{name}: the worker says the stream took {run.worker_s:.3f} s, the judge measured {judge_s:.3f} s")))
+        for clock, claimed in (("worker clock", run.worker_s), ("CUDA events", run.device_s)):
+            if claimed is not None and not abs(claimed - judge_s) <= CLOCK_SLACK[0] * judge_s + CLOCK_SLACK[1]:
+                self.evidence.append(Evidence(check="timing", prompt=prompt, value=claimed, limit=judge_s, message=(
+                    f"{name}: {clock} give {claimed:.3f} s for the stream, the judge measured {judge_s:.3f} s")))
         audible = next((c for c in run.chunks if float(c.audio.pow(2).mean().sqrt()) >= self.level.floor), None)
         ttfa = (audible or run.chunks[-1]).arrived - run.sent
         return Trial(engine=name, pair=pair, prompt=prompt, timed=timed, request=request, run=run, ttfa_s=ttfa,

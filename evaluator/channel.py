@@ -140,8 +140,11 @@ class JudgeChannel:
 
 
 def tensor_or_none(value: object) -> torch.Tensor | None:
-    """A field of a worker message that should be a tensor; anything else reads as missing."""
-    return value if isinstance(value, torch.Tensor) else None
+    """A field of a worker message that should be a dense tensor (detached, so nothing downstream trips on
+    autograd); anything else (sparse, quantized, not a tensor) reads as missing."""
+    if type(value) is not torch.Tensor or value.layout != torch.strided or value.is_quantized:
+        return None
+    return value.detach()
 
 
 def describe(t: torch.Tensor | None) -> str:

@@ -1,10 +1,8 @@
 """Pure comparisons of engine outputs with the oracle's, each failure an Evidence naming where it happened.
 
-Codebook 0 is the main token (EOS + semantic band), 1..9 the residual codes; only the first
-residual_codebook_size entries of a code head are compared, since sampling never looks past them (an engine may
-narrow its heads). NaN/Inf is always a failure, never a wildcard (E8). The sampling support of a step is the
-set the reference sampler can draw from (sampling.filter_logits; the main token's first and RAS draws together);
-a token is inside it when its logit is at least the support's lowest logit minus the logit tolerance.
+Codebook 0 = main token (EOS + semantic), 1..9 = residual codes, compared over the codec's codebook only. NaN/Inf
+always fails (E8). A token is inside a step's sampling support (sampling.filter_logits; main = first and RAS draws)
+when its logit is at least the support's lowest minus the logit tolerance.
 """
 from __future__ import annotations
 
@@ -53,7 +51,8 @@ def invalid_frame(config: Drama3Config, frames: torch.Tensor) -> int | None:
     or EOS with zero codes; residual codes in range), else None."""
     main, begin = frames[:, 0], config.semantic_begin
     semantic = (main >= begin) & (main < begin + config.codebook_size)
-    ok = torch.where(semantic, frames[:, 1] == main - begin, (main == config.eos_token_id) & (frames[:, 1:] == 0).all(1))
+    eos = (main == config.eos_token_id) & (frames[:, 1:] == 0).all(1)
+    ok = torch.where(semantic, frames[:, 1] == main - begin, eos)
     ok &= ((frames[:, 2:] >= 0) & (frames[:, 2:] < config.codec.residual_codebook_size)).all(1)
     return None if ok.all() else int((~ok).nonzero()[0, 0])
 

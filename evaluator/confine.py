@@ -1,11 +1,9 @@
-"""Worker-side confinement, applied by harness code before any candidate code is imported.
+"""Worker-side confinement, applied by harness code before any candidate code is imported (as root).
 
-As root: a new network namespace (no network, loopback down), a new mount namespace where /tmp and /var/tmp are
-the worker's private tmp and /dev/shm a small fresh tmpfs, the candidate package bind-mounted read-only, then the
-worker becomes its own unprivileged uid (one per worker, so workers cannot signal or ptrace each other and the
-judge can find and kill every process the worker started, even after setsid), with RLIMIT_NPROC against fork
-bombs and no_new_privs against setuid binaries. Each step that the OS refuses is skipped with a note that the
-judge logs and puts in the verdict's evidence; nothing here raises.
+New network namespace (loopback only); new mount namespace with /tmp, /var/tmp = the private tmp, a fresh small
+/dev/shm and the package bind-mounted read-only; then a fresh uid per worker (no signalling/ptrace between
+workers, every process findable by uid), RLIMIT_NPROC, no_new_privs. A refused step becomes a note in the verdict;
+only a capability drop failing after the uid change raises (root's permitted capabilities must not survive).
 """
 from __future__ import annotations
 
@@ -127,7 +125,8 @@ def _capset(libc: ctypes.CDLL, mask: int) -> None:
     data = (Data * 2)()
     data[0].effective = data[0].permitted = mask
     if libc.capset(ctypes.byref(Header(LINUX_CAPABILITY_VERSION_3, 0)), data) != 0:
-        raise OSError(ctypes.get_errno(), "capset failed")
+        raise RuntimeError(f"capset failed (errno {ctypes.get_errno()}) after the uid drop: refusing to run with "
+                           "root's permitted capabilities")
 
 
 def _unshare(flag: int, what: str, out: Confined) -> bool:
@@ -140,8 +139,8 @@ def _unshare(flag: int, what: str, out: Confined) -> bool:
 
 def _mount(src: str | None, target: str, fstype: str | None, flags: int, data: str | None, out: Confined) -> bool:
     libc = ctypes.CDLL(None, use_errno=True)
-    enc = (lambda s: None if s is None else s.encode())
-    if libc.mount(enc(src), enc(target), enc(fstype), flags, enc(data)) == 0:
+    if libc.mount(*(None if a is None else a.encode() for a in (src, target, fstype)), flags,
+                  None if data is None else data.encode()) == 0:
         return True
     err = ctypes.get_errno()
     out.notes.append(f"mount {src or ''} -> {target} refused (errno {err}: {os.strerror(err)})")

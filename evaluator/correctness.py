@@ -1,11 +1,8 @@
 """The correctness cascade, cheapest first; the first failing stage raises Rejected with located evidence.
 
-1 component parity on fresh random inputs: codec decode of random codes, prefill logits of a random prompt;
-2 teacher forcing (the gate): held-out prompts from the secret seed, the oracle samples the frames, both engines
-  are forced along them and compared step by step (compare.check_logits);
-3 codec waveform parity on the oracle's frames; 4 free-running generation with the oracle's seed, compared up to
-the first divergence (reported, not gated); 5 the candidate's stream against its own generate (same seed).
-Expected tensors stay in the judge; the candidate only ever receives inputs (E8).
+Component parity (codec on random codes, prefill logits of a random prompt) -> teacher forcing along frames the
+oracle sampled for held-out secret prompts (the gate) -> codec parity on those frames -> free-running agreement
+(reported, not gated) -> the candidate's stream equals its own generate. Expected tensors stay in the judge (E8).
 """
 from __future__ import annotations
 

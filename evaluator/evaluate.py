@@ -6,6 +6,7 @@ baseline raise EvaluatorError instead: they are the harness's problem, not the c
 """
 from __future__ import annotations
 
+import math
 import random
 import secrets
 import shutil
@@ -24,7 +25,7 @@ from .correctness import AudioLevel, Cascade
 from .inputs import held_out_requests
 from .sandbox import REFERENCE_DIR, Deadline, Pool, Ready, Worker, WorkerFailure
 from .statistics import NoiseCalibration, compare, decide, prompt_figures, rel_iqr, threshold
-from .verdict import BenchResult, Evidence, EvaluatorError, Rejected, Status, Verdict
+from .verdict import BenchResult, EvaluatorError, Evidence, Rejected, Status, Verdict
 
 
 def evaluate(candidate_dir: Path, target: Target, *, baseline_dir: Path, work_dir: Path,
@@ -68,7 +69,6 @@ class _Evaluation:
 
     def run(self) -> Verdict:
         status, summary = Status.CRASH, ""
-        candidate = None
         try:
             status, summary = self._cascade()
         except WorkerFailure as f:
@@ -81,6 +81,7 @@ class _Evaluation:
         finally:
             candidate = next((w for w in self.pool.workers if w.role == "candidate"), None)
             log_tail = candidate.log_tail() if candidate else ""
+            self.evidence += [Evidence(check="sandbox", message=n) for n in (candidate.notes if candidate else [])]
             self.pool.close()
         return Verdict(status=status, candidate=str(self.candidate_dir), baseline=str(self.baseline_dir),
                        summary=summary, evidence=self.evidence, stage_seconds=self.stages, log_tail=log_tail,
@@ -97,7 +98,7 @@ class _Evaluation:
 
     def _cascade(self) -> tuple[Status, str]:
         t = self.target
-        with self.stage("static", 60):
+        with self.stage("static", math.inf):
             findings = static_scan.scan(self.candidate_dir) if self.candidate_dir.is_dir() else []
             self.evidence += [f.evidence() for f in findings]
             tampering = [f for f in findings if f.tampering]
@@ -109,7 +110,6 @@ class _Evaluation:
             oracle = self.pool.start("oracle", None)
             self.ready = candidate.ready(deadline)
             oracle_ready = _trusted(self.pool.use(oracle).ready, deadline)
-        self.evidence += [Evidence(check="sandbox", message=n) for n in self.ready.notes]
         if self.ready.fingerprint != oracle_ready.fingerprint:
             raise Rejected(Status.MISMATCH, [Evidence(check="weights", message=(
                 f"weights fingerprint {self.ready.fingerprint} differs from the oracle's {oracle_ready.fingerprint}"))])

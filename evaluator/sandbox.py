@@ -1,12 +1,9 @@
-"""The judge's handle on one worker process: spawn it confined, talk to it with deadlines, freeze, kill, classify.
+"""The judge's handle on one worker: spawn it confined, talk to it with deadlines, freeze, kill, classify.
 
-Each engine (oracle, baseline, candidate) runs in a fresh `python -m evaluator.worker` (never forked from the
-judge), in its own session and, as root, under its own fresh uid (confine.py). The candidate directory is copied
-into the work dir, made read-only and imported under a neutral name. The environment is an allow-list (no API
-keys). The judge never blocks on a worker: every exchange has a deadline, after which the whole worker (group and
-uid) is SIGKILLed; its RSS is summed from /proc while the judge waits, over the target's memory limit the worker is
-killed as `oom`. Every way a worker can end (timeout, exit, signal, traceback, CUDA fault, garbled channel) becomes
-a `WorkerFailure` carrying a Status and the log tail, which evaluate() turns into a Verdict.
+Each engine runs in a fresh exec'd `python -m evaluator.worker` (own session, own uid, allow-listed environment),
+the candidate copied read-only and imported under a neutral name. Every exchange has a deadline and a /proc RSS
+watch; on expiry or overuse the whole worker (group and uid) is SIGKILLed. Timeouts, exits, signals, tracebacks,
+CUDA faults and garbled channels all become a WorkerFailure with a Status and the log tail.
 """
 from __future__ import annotations
 
@@ -33,8 +30,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 REFERENCE_DIR = REPO_ROOT / "reference_runtime" / "model"
 ORACLE_PACKAGE = "reference_runtime.model"
 NEUTRAL_PACKAGE = "engine_under_test"
-PASS_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "TRITON_PTXAS_PATH",
-            "TORCH_CUDA_ARCH_LIST", "OMP_NUM_THREADS")
+PASS_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES",
+            "TRITON_PTXAS_PATH", "TORCH_CUDA_ARCH_LIST", "OMP_NUM_THREADS")
 UID_BASE, UID_SPAN = 3_000_000, 1_000_000
 RSS_CHECK_S = 0.25
 LOG_TAIL_CHARS = 4000
@@ -62,7 +59,6 @@ class Deadline:
 class Ready:
     fingerprint: str  # of the weights as loaded, before the engine package was imported
     build_s: float
-    notes: list[str]
     hardware: str
     software: str
 
@@ -73,7 +69,7 @@ def copy_package(source: Path, dest: Path) -> None:
         raise FileNotFoundError(f"{source} is not an engine package (no __init__.py); a candidate is a copy of "
                                 f"{REFERENCE_DIR.relative_to(REPO_ROOT)}/")
     shutil.copytree(source, dest, symlinks=True, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    for root, dirs, files in os.walk(dest):
+    for root, _, files in os.walk(dest):
         for name in files:
             if not os.path.islink(os.path.join(root, name)):
                 os.chmod(os.path.join(root, name), 0o444)
@@ -86,6 +82,21 @@ def _fresh_uid() -> int | None:
     while procs.uid_in_use(uid := UID_BASE + secrets.randbelow(UID_SPAN)):
         pass
     return uid
+
+
+def _environment(gpu_index: int | None) -> dict[str, str]:
+    """An allow-list (no API keys or tokens); HOME and TMPDIR become the private tmp in confine()."""
+    env = {k: v for k, v in os.environ.items() if k in PASS_ENV}
+    if gpu_index is not None:
+        env["CUDA_VISIBLE_DEVICES"] = str(gpu_index)  # a physical index: the worker sees only that GPU
+    return env | {"PYTHONPATH": str(REPO_ROOT), "PYTHONSAFEPATH": "1", "PYTHONDONTWRITEBYTECODE": "1",
+                  "PYTHONNOUSERSITE": "1"}
+
+
+def _device(target: Target, gpu_index: int | None) -> str:
+    if target.hardware.device == "cpu":
+        return "cpu"
+    return f"cuda:{0 if gpu_index is not None else target.hardware.generation_gpu}"
 
 
 class Worker:
@@ -109,14 +120,6 @@ class Worker:
             package_root = home / "pkgs"
             copy_package(Path(package_dir), package_root / NEUTRAL_PACKAGE)
         self.log_path = home / "log"
-        env = {k: v for k, v in os.environ.items() if k in PASS_ENV}
-        env |= {"PYTHONPATH": str(REPO_ROOT), "PYTHONSAFEPATH": "1", "PYTHONDONTWRITEBYTECODE": "1",
-                "PYTHONNOUSERSITE": "1"}  # HOME and TMPDIR: the private tmp, set by confine()
-        device = target.hardware.device
-        if device == "cuda":
-            if gpu_index is not None:
-                env["CUDA_VISIBLE_DEVICES"] = str(gpu_index)
-            device = f"cuda:{0 if gpu_index is not None else target.hardware.generation_gpu}"
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
         log = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -124,29 +127,32 @@ class Worker:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "evaluator.worker", "--fd-in", str(to_child_r), "--fd-out", str(from_child_w)],
                 pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                env=env, cwd=tmp, start_new_session=True, close_fds=True)
+                env=_environment(gpu_index), cwd=tmp, start_new_session=True, close_fds=True)
         finally:
             for fd in (to_child_r, from_child_w, log):
                 os.close(fd)
         self.channel = JudgeChannel(from_child_r, to_child_w)
         self._last_rss_check = 0.0
         self.frozen = False
+        self.notes: list[str] = []  # what confine() could not apply, from the worker's first message
         init = WorkerInit(role=role, package=ORACLE_PACKAGE if package_dir is None else NEUTRAL_PACKAGE,
                           confinement=Confinement(str(tmp), None if package_root is None else str(package_root),
                                                   self.uid),
                           config=target.model.config, weights=target.model.weights,
-                          weights_seed=target.model.weights_seed, device=device)
+                          weights_seed=target.model.weights_seed, device=_device(target, gpu_index))
         self._send(init, Deadline.after(30, "build"))
 
     # ---- exchanges
 
     def ready(self, deadline: Deadline) -> Ready:
-        """Wait for the build; an exception raised while importing or building is a build_error."""
+        """Wait for the confinement report (sent before any engine code ran: kept in `notes`), then the build;
+        an exception raised while importing or building is a build_error."""
+        confined = self._expect(self._recv(deadline)[0], "confined")
+        self.notes = [str(n) for n in confined.get("notes", [])]
         reply = self._expect(self._recv(deadline, exception=Status.BUILD_ERROR)[0], "ready")
         try:
             return Ready(fingerprint=str(reply["fingerprint"]), build_s=float(reply["build_s"]),
-                         notes=[str(n) for n in reply["notes"]], hardware=str(reply["hardware"]),
-                         software=str(reply["software"]))
+                         hardware=str(reply["hardware"]), software=str(reply["software"]))
         except (KeyError, TypeError, ValueError) as e:
             self.kill()
             raise WorkerFailure(self.role, Status.CHEAT_SUSPECTED, f"malformed ready message ({e!r})") from e
@@ -157,8 +163,9 @@ class Worker:
 
     def stream(self, deadline: Deadline, **args) -> Iterator[tuple[dict, float]]:
         """Yields (message, arrival time) for each chunk and the final `done`; the first item is the send time."""
+        sent = time.perf_counter()
         self._send({"op": "stream", **args}, deadline)
-        yield {"kind": "sent"}, time.perf_counter()
+        yield {"kind": "sent"}, sent
         while True:
             message, arrived = self._recv(deadline)
             yield self._expect(message, "chunk", "done"), arrived
@@ -286,5 +293,8 @@ class Pool:
         return worker
 
     def close(self) -> None:
+        """Kill every worker and wipe its tmp dir and package copy (the logs stay)."""
         for worker in self.workers:
             worker.kill()
+            for scratch in ("tmp", "pkgs"):
+                shutil.rmtree(worker.log_path.parent / scratch, ignore_errors=True)

@@ -83,8 +83,8 @@ def check_stream(config: Drama3Config, prompt: str, run: StreamRun, schedule: St
             return [Evidence(check="stream", prompt=prompt, frame=start, message=f"{where} has non-finite audio")]
         if c.frames is None or c.frames.dtype != torch.long or tuple(c.frames.shape) != (n, ROW_WIDTH):
             return [Evidence(check="stream", prompt=prompt, frame=start, message=(
-                f"{where} frames are {describe(c.frames)}, expected int64 ({n}, {ROW_WIDTH}): every AudioChunk must carry the "
-                "frames it decodes (reference_runtime/api.py AudioChunk.frames)"))]
+                f"{where} frames are {describe(c.frames)}, expected int64 ({n}, {ROW_WIDTH}): every AudioChunk must "
+                "carry the frames it decodes (reference_runtime/api.py AudioChunk.frames)"))]
         start = c.frame_end
     return []
 

@@ -1,11 +1,8 @@
 """One engine in its own process: `python -m evaluator.worker --fd-in N --fd-out M` (spawned by sandbox.py).
 
-Order matters: read the judge's init message, confine (confine.py), load the weights and fingerprint them, and
-only then import the engine package under its neutral name and build it. Each request is answered by one reply
-(or, for `stream`, one message per chunk and a final `done`); exceptions become `error` replies, so the judge
-learns the cause. The harness checks here (outputs are plain tensors not aliasing inputs, inputs unchanged, E5,
-E16, E17) run inside the candidate's process and only catch honest mistakes; the judge's comparison against the
-oracle is the real gate, and no expected output ever reaches this process (E8).
+Init message -> confine -> report confinement -> load and fingerprint the weights -> import and build the engine ->
+serve requests; exceptions become typed `error` replies. The output/input guards here (E5, E16, E17) run in the
+candidate's process and only catch honest mistakes: the judge's comparison with the oracle is the gate (E8).
 """
 from __future__ import annotations
 
@@ -203,6 +200,7 @@ def main() -> None:
     channel = WorkerChannel(args.fd_in, args.fd_out)
     init: WorkerInit = channel.recv()
     confined = confine(init.confinement)
+    channel.send({"kind": "confined", "notes": confined.notes})  # before any engine code can interfere
     device = torch.device(init.device)
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -213,7 +211,7 @@ def main() -> None:
         channel.send(_error_reply(e))
         return
     channel.send({"kind": "ready", "fingerprint": fingerprint, "build_s": time.perf_counter() - started,
-                  "notes": confined.notes, "hardware": _hardware(device), "software": _software()})
+                  "hardware": _hardware(device), "software": _software()})
     server = Server(engine, device, channel)
     try:
         server.serve()

@@ -3,7 +3,15 @@
     kb = KnowledgeStore(path)   # default path: swarm.paths.kb_path(target)
 """
 from .records import (
-    REFERENCE_ID, CandidateRecord, CandidateState, EngineKey, Figures, KeptEngine, LessonRecord, RunRecord, RunState,
+    REFERENCE_ID,
+    CandidateRecord,
+    CandidateState,
+    EngineKey,
+    Figures,
+    KeptEngine,
+    LessonRecord,
+    RunRecord,
+    RunState,
     VerdictRecord,
 )
 from .store import KnowledgeStore

@@ -15,7 +15,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .records import (
-    CandidateRecord, CandidateState, EngineKey, Figures, KeptEngine, LessonRecord, RunRecord, RunState, VerdictRecord,
+    CandidateRecord,
+    CandidateState,
+    EngineKey,
+    Figures,
+    KeptEngine,
+    LessonRecord,
+    RunRecord,
+    RunState,
+    VerdictRecord,
 )
 
 SCHEMA_VERSION = 1
@@ -111,8 +119,8 @@ class KnowledgeStore:
             db.execute("INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", (
                 run.id, run.target_name, run.target_json, run.baseline_request, run.baseline_id, run.baseline_commit,
                 json.dumps(asdict(run.engine_key)), run.secret, run.state.value, run.stop_reason,
-                run.calibration_json, json.dumps(asdict(run.baseline_figures)), run.elapsed_s, run.spent_usd, run.started_at,
-                run.finished_at))
+                run.calibration_json, json.dumps(asdict(run.baseline_figures)), run.elapsed_s, run.spent_usd,
+                run.started_at, run.finished_at))
         return run
 
     def run(self, run_id: str) -> RunRecord:
@@ -172,7 +180,8 @@ class KnowledgeStore:
         """Verdict, lesson and (on PASS) the kept engine, in one transaction; the candidate becomes done."""
         with self._transaction() as db:
             _insert_verdict(db, verdict)
-            db.execute("UPDATE candidates SET state = ? WHERE id = ?", (CandidateState.DONE.value, verdict.candidate_id))
+            db.execute("UPDATE candidates SET state = ? WHERE id = ?",
+                       (CandidateState.DONE.value, verdict.candidate_id))
             _insert_lesson(db, lesson)
             if kept is not None:
                 _insert_kept(db, kept)
@@ -218,7 +227,8 @@ class KnowledgeStore:
         if architecture is None:
             rows = self._rows("SELECT * FROM lessons ORDER BY id DESC LIMIT ?", limit)
         else:
-            rows = self._rows("SELECT * FROM lessons WHERE architecture = ? ORDER BY id DESC LIMIT ?", architecture, limit)
+            rows = self._rows("SELECT * FROM lessons WHERE architecture = ? ORDER BY id DESC LIMIT ?",
+                              architecture, limit)
         return [LessonRecord(**dict(r)) for r in reversed(rows)]
 
 

@@ -31,7 +31,8 @@ class ResolvedBaseline:
 
 def _fits(kept: KeptEngine, key: EngineKey) -> bool:
     k = kept.key
-    return (k.architecture, k.model_config, k.device, k.gpu) == (key.architecture, key.model_config, key.device, key.gpu)
+    same = ("architecture", "model_config", "device", "gpu")
+    return all(getattr(k, name) == getattr(key, name) for name in same)
 
 
 def best_kept(kb: KnowledgeStore, key: EngineKey) -> KeptEngine | None:
@@ -55,7 +56,8 @@ def choose_kept(kb: KnowledgeStore, request: str, key: EngineKey) -> KeptEngine 
                             "from `swarm kb list`") from e
     if (kept.key.architecture, kept.key.model_config) != (key.architecture, key.model_config):
         raise BaselineError(f"baseline: kept engine {request} was built for {kept.key.model_config} "
-                            f"({kept.key.architecture}), this target runs {key.model_config}; use 'best' or 'reference'")
+                            f"({kept.key.architecture}), this target runs {key.model_config}; "
+                            "use 'best' or 'reference'")
     return kept
 
 

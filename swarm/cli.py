@@ -101,7 +101,8 @@ def eval_(candidate_dir: Annotated[Path, typer.Argument(help="an engine package 
 
 
 @app.command()
-def review(run_id: str, html: Annotated[Path | None, typer.Option(help="also write a self-contained HTML report")] = None,
+def review(run_id: str,
+           html: Annotated[Path | None, typer.Option(help="also write a self-contained HTML report")] = None,
            kb: KbOption = None) -> None:
     """Kept engines of a run: diffs, figures against the baseline, correctness evidence."""
     from .factory import open_repo

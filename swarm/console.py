@@ -20,7 +20,7 @@ from . import events as ev
 console = Console(stderr=True)
 
 _STATUS_STYLE = {"pass": "bold green", "slower": "yellow", "noisy": "yellow", "edit_error": "magenta",
-                 "agent_error": "magenta"}
+                 "agent_error": "magenta", "rejected": "magenta"}
 
 
 def setup_logging(verbose: bool = False) -> None:
@@ -115,5 +115,5 @@ class LiveProgress:
                 speedup = f"{e.speedup:.3f}x" if e.speedup else "-"
                 recent.add_row(e.candidate_id, status_text(e.status), speedup, e.summary)
             else:
-                recent.add_row(e.candidate_id, status_text("edit_error"), "-", e.error.splitlines()[0][:200])
+                recent.add_row(e.candidate_id, status_text("rejected"), "-", e.error.splitlines()[0][:200])
         return Group(head, recent, *(Text(n, style="dim") for n in self.notes))

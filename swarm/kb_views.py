@@ -30,7 +30,8 @@ def render_kb_list(kb: KnowledgeStore, console: Console) -> None:
         kept.add_column(name)
     for k in kb.kept_engines():
         kept.add_row(k.id, k.title, k.key.model_config, k.key.hardware, k.key.software,
-                     f"{k.speedup_vs_reference:.3f}", _fmt(k.figures.frames_per_s, ".1f"), _fmt(k.figures.ttfa_ms, ".2f"))
+                     f"{k.speedup_vs_reference:.3f}", _fmt(k.figures.frames_per_s, ".1f"),
+                     _fmt(k.figures.ttfa_ms, ".2f"))
     console.print(kept)
 
 
@@ -38,7 +39,8 @@ def render_kb_show(kb: KnowledgeStore, item_id: str, console: Console) -> None:
     """A run id shows its candidates; a candidate id its proposal and verdict; raises KeyError for unknown ids."""
     if any(r.id == item_id for r in kb.runs()):
         run = kb.run(item_id)
-        console.print(f"run {run.id}: target {run.target_name}, baseline {run.baseline_id} ({run.baseline_commit[:12]}), "
+        console.print(f"run {run.id}: target {run.target_name}, baseline {run.baseline_id} "
+                      f"({run.baseline_commit[:12]}), "
                       f"{run.state.value}, {run.stop_reason or 'running'}; {run.engine_key.hardware}, "
                       f"{run.engine_key.software}; spent ${run.spent_usd:.2f}, {run.elapsed_s / 60:.1f} min")
         table = Table()

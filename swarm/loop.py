@@ -12,7 +12,6 @@ import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 
 from candidates import EngineRepo
@@ -27,8 +26,16 @@ from .budget import exhausted
 from .context import build_context
 from .engine_key import engine_key
 from .executor import EvalJob, Executor
-from .outcome import AGENT_ERROR, EDIT_ERROR, baseline_figures, feature_of, has_criteria, rejection, retain, \
-    unmet_criteria
+from .outcome import (
+    AGENT_ERROR,
+    EDIT_ERROR,
+    baseline_figures,
+    feature_of,
+    has_criteria,
+    rejection,
+    retain,
+    unmet_criteria,
+)
 from .paths import reference_engine_dir, run_dir
 from .proposal import Proposal
 from .run_state import RunView, candidate_id, secret_seed
@@ -59,6 +66,7 @@ class Swarm:
         self.listeners = list(listeners or [])
         self.key = engine_key(target)
         self.per_agent = target.candidates_per_iteration
+        self._reference: str | None = None  # the reference engine's commit, once computed
 
     def close(self) -> None:
         self.executor.close()
@@ -174,9 +182,10 @@ class Swarm:
             return reference_engine_dir(self.target)
         return self.repo.materialise(commit, run_dir(run_id) / "engines" / _dirname(engine_id))
 
-    @cache
     def _reference_commit(self) -> str:
-        return self.repo.reference_commit(reference_engine_dir(self.target))
+        if self._reference is None:
+            self._reference = self.repo.reference_commit(reference_engine_dir(self.target))
+        return self._reference
 
     def _calibration(self, view: RunView) -> NoiseCalibration:
         if view.run.calibration_json:
@@ -246,14 +255,16 @@ class Swarm:
             self.kb.mark_evaluating(c.id)
             self.events.emit(ev.EvaluationStarted(run_id=run_id, candidate_id=c.id))
         by_id = {c.id: c for c in pending}
+        baseline_measured = view.run.baseline_figures.frames_per_s is not None
         for result in self.executor.evaluate_all(jobs):
             candidate = by_id[result.job.candidate_id]
             proposal = _proposal(candidate)
             record, lesson, kept = retain(candidate, proposal, result.verdict, result.seconds, parent, self.key)
             self.kb.record_outcome(record, lesson, kept)
             measured = baseline_figures(result.verdict)
-            if parent.id == view.baseline.id and measured and RunView.load(self.kb, run_id).baseline.figures.frames_per_s is None:
-                self.kb.set_baseline_figures(run_id, measured)
+            if parent.id == view.baseline.id and measured and not baseline_measured:
+                self.kb.set_baseline_figures(run_id, measured)  # the run's baseline, as this machine times it
+                baseline_measured = True
             self.events.emit(ev.EvaluationFinished(
                 run_id=run_id, candidate_id=candidate.id, status=record.status, summary=record.summary,
                 seconds=result.seconds, speedup=record.figures.speedup))

@@ -7,8 +7,8 @@ import json
 from pathlib import PurePosixPath
 
 from evaluator.verdict import Status, Verdict
-from knowledge_base.transforms import TRANSFORMS
 from knowledge_base import CandidateRecord, EngineKey, Figures, KeptEngine, LessonRecord, VerdictRecord
+from knowledge_base.transforms import TRANSFORMS
 from targets.schema import AcceptanceSpec
 
 from .proposal import Proposal

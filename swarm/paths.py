@@ -31,7 +31,8 @@ def nightly_dir() -> Path:
 
 
 def reference_engine_dir(target: Target) -> Path:
-    """The forkable engine package of the target's reference runtime (`<package>/model/`), found without importing it."""
+    """The forkable engine package of the target's reference runtime (`<package>/model/`), found without
+    importing the package."""
     spec = importlib.util.find_spec(target.model.reference_runtime)
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError(f"target {target.name}: model.reference_runtime {target.model.reference_runtime!r} "

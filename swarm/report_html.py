@@ -20,7 +20,8 @@ def _line_plot(points: list[tuple[int, float]], title: str, unit: str, goal: flo
     """An SVG line chart of (iteration, value); an optional dashed goal line."""
     w, h, pad = 480, 220, 44
     if not points:
-        return f'<svg width="{w}" height="{h}"><text x="{pad}" y="{h / 2}">{escape(title)}: no measurements</text></svg>'
+        return (f'<svg width="{w}" height="{h}"><text x="{pad}" y="{h / 2}">{escape(title)}: no measurements'
+                "</text></svg>")
     xs = [p[0] for p in points]
     ys = [p[1] for p in points] + ([goal] if goal is not None else [])
     x0, x1 = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
@@ -75,9 +76,10 @@ def _fmt(value: float | None, spec: str) -> str:
 def render_html(review: RunReview, acceptance_fps: float | None = None, acceptance_ttfa: float | None = None) -> str:
     run = review.run
     counts = ", ".join(f"{n} {escape(s)}" for s, n in sorted(review.status_counts.items())) or "none"
+    base = review.baseline.figures
     rows = [f"<tr><td>{escape(review.baseline.id)} (baseline)</td><td class=l></td><td>1.000x</td><td></td>"
-            f"<td>{_fmt(review.baseline.figures.frames_per_s, '.1f')}</td>"
-            f"<td>{_fmt(review.baseline.figures.ttfa_ms, '.2f')}</td><td>{_fmt(review.baseline.figures.rtf, '.4f')}</td></tr>"]
+            f"<td>{_fmt(base.frames_per_s, '.1f')}</td><td>{_fmt(base.ttfa_ms, '.2f')}</td>"
+            f"<td>{_fmt(base.rtf, '.4f')}</td></tr>"]
     sections = []
     for r in review.kept:
         c, f = r.verdict.comparison, r.kept.figures

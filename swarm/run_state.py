@@ -8,7 +8,14 @@ import json
 from dataclasses import dataclass
 
 from knowledge_base import (
-    REFERENCE_ID, CandidateRecord, CandidateState, Figures, KeptEngine, KnowledgeStore, RunRecord, VerdictRecord,
+    REFERENCE_ID,
+    CandidateRecord,
+    CandidateState,
+    Figures,
+    KeptEngine,
+    KnowledgeStore,
+    RunRecord,
+    VerdictRecord,
 )
 
 from .budget import Spend

@@ -4,11 +4,15 @@ from __future__ import annotations
 from .attention import fused_qkv, gqa_sdpa, rope_tables
 from .base import NotApplicable, Params, Patch, Transform
 from .caches import static_caches
+from .cuda import compile_tower, cuda_graph_backbone
+from .cuda_graph_codec import cuda_graph_codec
+from .cuda_graph_frame import cuda_graph_frame
 from .moe import fp8_dequant_at_build, moe_dispatch
 from .sampling import topk_first_sampling
 
 ALL: tuple[Transform, ...] = (fp8_dequant_at_build, moe_dispatch, rope_tables, gqa_sdpa, fused_qkv, static_caches,
-                              topk_first_sampling)
+                              topk_first_sampling, cuda_graph_backbone, compile_tower, cuda_graph_frame,
+                              cuda_graph_codec)
 TRANSFORMS: dict[str, Transform] = {t.name: t for t in ALL}
 
 __all__ = ["ALL", "TRANSFORMS", "NotApplicable", "Params", "Patch", "Transform"]

@@ -59,14 +59,14 @@ def replace_once(files: Files, path: str, search: str, replace: str) -> Patch:
     return Patch(path, search, replace)
 
 
-ASSETS = Path(__file__).parent / "assets"  # whole engine files some transforms add, one folder per transform
+TEMPLATES = Path(__file__).parent / "templates"  # whole engine files that transforms add
 
 
-def asset_files(files: Files, folder: str) -> list[Patch]:
-    """Patches creating the engine files kept in assets/<folder>/. A file the package already has with the same
-    text (added by another transform) is skipped; with different text the transform is NotApplicable."""
+def template_files(files: Files, folder: str) -> list[Patch]:
+    """Patches creating the engine files kept in templates/<folder>/. A file the package already has with the
+    same text (added by another transform) is skipped; with different text the transform is NotApplicable."""
     patches = []
-    for asset in sorted((ASSETS / folder).glob("*.py")):
+    for asset in sorted((TEMPLATES / folder).glob("*.py")):
         source = asset.read_text()
         if asset.name not in files:
             patches.append(Patch(asset.name, "", source))

@@ -1,10 +1,10 @@
 """cuda_graph_codec: decode each codec window length from its own CUDA graph (codes zero-padded to a fixed
 ladder of lengths; the causal codec makes the padding harmless), instead of ~hundreds of eager kernel launches
-per audio chunk. The engine files it adds live in assets/cuda_graph_codec/ (and assets/common/).
+per audio chunk. The engine files it adds live in templates/cuda_graph_codec/ (and templates/common/).
 """
 from __future__ import annotations
 
-from .base import Files, Params, Patch, Transform, asset_files, replace_once
+from .base import Files, Params, Patch, Transform, replace_once, template_files
 
 INIT = "__init__.py"
 _IMPORT = "from .codec import Codec\n"
@@ -23,7 +23,7 @@ def _apply(files: Files, params: Params) -> list[Patch]:
     if params["ladder"] not in ("pow2", "pow2_3"):
         raise ValueError(f"cuda_graph_codec: ladder must be 'pow2' or 'pow2_3', got {params['ladder']!r}")
     return [
-        *asset_files(files, "cuda_graph_codec"), *asset_files(files, "common"), _params_file(params),
+        *template_files(files, "cuda_graph_codec"), *template_files(files, "common"), _params_file(params),
         replace_once(files, INIT, _IMPORT, _IMPORT + "from .codec_graph import GraphedCodec\n"),
         replace_once(files, INIT, _BUILD, "    codec = GraphedCodec.from_weights("),
     ]

@@ -1,10 +1,10 @@
 """cuda_graph_frame: the whole decode frame (40 backbone layers, narrowed lm_head, RAS draw, 13 tower layers,
 9 heads and code draws) as one CUDA graph replay over static buffers, plus the first frame after prefill as
-its own graph. The engine files it adds live in assets/cuda_graph_frame/ (and assets/common/).
+its own graph. The engine files it adds live in templates/cuda_graph_frame/ (and templates/common/).
 """
 from __future__ import annotations
 
-from .base import Files, Params, Patch, Transform, asset_files, replace_once
+from .base import Files, NotApplicable, Params, Patch, Transform, replace_once, template_files
 
 INIT = "__init__.py"
 _IMPORT = "from .engine import ReferenceEngine\n"
@@ -22,8 +22,10 @@ PREWARM_ROWS = {int(params["prewarm_rows"])}  # graphs for spans up to this many
 
 
 def _apply(files: Files, params: Params) -> list[Patch]:
+    if "graphs.py" in files:
+        raise NotApplicable("cuda_graph_backbone is in this engine: the whole-frame graph replaces it, apply one")
     return [
-        *asset_files(files, "cuda_graph_frame"), *asset_files(files, "common"), _params_file(params),
+        *template_files(files, "cuda_graph_frame"), *template_files(files, "common"), _params_file(params),
         replace_once(files, INIT, _IMPORT, _IMPORT + "from .graph_engine import GraphEngine\n"),
         replace_once(files, INIT, _RETURN, "    return GraphEngine(config, model, codec, device, weights)\n"),
     ]

@@ -2,6 +2,7 @@
 
     make_candidate(tmp_path, {"tower.py": (old, new)})            # edit a reference file (old must occur once)
     make_candidate(tmp_path, files={"__init__.py": "raise ..."})  # replace or add whole files
+    small_target(load_target("targets/drama3_cpu.yaml"))          # few prompts, frames and trials
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import shutil
 from pathlib import Path
 
 from evaluator.sandbox import REFERENCE_DIR
+from targets.schema import Target
 
 
 def make_candidate(tmp_path: Path, edits: dict[str, tuple[str, str]] | None = None,
@@ -37,3 +39,16 @@ def build_engine_body(body: str) -> dict[str, str]:
     if init.count(marker) != 1:
         raise ValueError(f"build_engine_body: {marker.strip()!r} not found once in the reference __init__.py")
     return {"__init__.py": init.replace(marker, indented + "\n" + marker)}
+
+
+def small_target(target: Target, **timeouts: float) -> Target:
+    """`target` cut to one prompt, 3 frames and 3 warm trials (a whole drama3-tiny evaluation then takes seconds
+    on 2 cores); `timeouts` override StageTimeouts fields, e.g. build_s=6."""
+    bench = target.benchmark.model_copy(update={"prompts": target.benchmark.prompts[:1], "frames": 3,
+                                                "warm_trials": 3, "warmup_trials": 1})
+    return target.model_copy(update={
+        "benchmark": bench,
+        "tolerances": target.tolerances.model_copy(update={"prompts": 2, "frames": 3}),
+        "timeouts": target.timeouts.model_copy(update={"build_s": 60, "correctness_s": 120, "benchmark_s": 120,
+                                                       **timeouts}),
+    })

@@ -47,10 +47,8 @@ def test_slightly_wrong_candidate_is_a_located_mismatch(case, tiny_target, tmp_p
     assert verdict.comparison is None
 
 
-def test_calibration_raises_the_threshold(tiny_target, tmp_path):
+def test_calibration_measures_the_baseline_against_itself(tiny_target, tmp_path):
     calibration = calibrate_noise(REFERENCE_DIR, tiny_target, work_dir=tmp_path, secret_seed=3)
     assert calibration.pairs == tiny_target.benchmark.warm_trials * len(tiny_target.benchmark.prompts)
     assert calibration.ci_low <= calibration.speedup <= calibration.ci_high
-    noisy = calibration.model_copy(update={"ci_high": 3.0})
-    verdict = evaluate(REFERENCE_DIR, tiny_target, baseline_dir=REFERENCE_DIR, work_dir=tmp_path, calibration=noisy)
-    assert verdict.comparison.threshold == 3.0 and verdict.status != Status.PASS
+    assert calibration.rel_iqr >= 0

@@ -8,7 +8,7 @@ import pytest
 
 from evaluator import Status, evaluate
 from evaluator.sandbox import REFERENCE_DIR
-from tests.evaluator.candidates import build_engine_body, make_candidate
+from tests.evaluator.candidates import build_engine_body, make_candidate, small_target
 
 CASES = {
     "raise": (build_engine_body('raise RuntimeError("boom from build_engine")'), Status.BUILD_ERROR, "boom"),
@@ -34,7 +34,7 @@ def test_failure_becomes_a_verdict(case, tiny_target, tmp_path):
 
 def test_hang_times_out_without_blocking_the_caller(tiny_target, tmp_path):
     candidate = make_candidate(tmp_path, files=build_engine_body("while True:\n    pass"))
-    target = tiny_target.model_copy(update={"timeouts": tiny_target.timeouts.model_copy(update={"build_s": 6})})
+    target = small_target(tiny_target, build_s=6)
     started = time.perf_counter()
     verdict = evaluate(candidate, target, baseline_dir=REFERENCE_DIR, work_dir=tmp_path / "work")
     assert verdict.status == Status.TIMEOUT and "build time limit" in verdict.summary

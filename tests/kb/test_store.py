@@ -9,8 +9,17 @@ from dataclasses import replace
 import pytest
 
 from knowledge_base import (
-    REFERENCE_ID, CandidateRecord, CandidateState, EngineKey, Figures, KeptEngine, KnowledgeStore, LessonRecord,
-    RunRecord, RunState, VerdictRecord,
+    REFERENCE_ID,
+    CandidateRecord,
+    CandidateState,
+    EngineKey,
+    Figures,
+    KeptEngine,
+    KnowledgeStore,
+    LessonRecord,
+    RunRecord,
+    RunState,
+    VerdictRecord,
 )
 
 KEY = EngineKey("codebook_mtp,dac_codec,fp8_moe,gated_attention,gated_deltanet", "drama3-tiny", "cpu", "",

@@ -3,12 +3,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from swarm_fakes import FakeAgent, FakeEvaluator, fake_calibrate
+
 from candidates import EngineRepo
 from knowledge_base import KnowledgeStore
 from swarm.executor import LocalExecutor
 from swarm.loop import Swarm
 from swarm.paths import engines_path, kb_path
-from swarm_fakes import FakeAgent, FakeEvaluator, fake_calibrate
 from targets import Target, load_target
 
 CPU_TARGET = Path(__file__).resolve().parents[2] / "targets" / "drama3_cpu.yaml"

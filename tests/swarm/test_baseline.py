@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import pytest
+from loop_helpers import fake_swarm, small_target
+from swarm_fakes import FakeAgent, FakeEvaluator
 
 from knowledge_base import REFERENCE_ID
-from loop_helpers import fake_swarm, small_target
 from swarm.baseline import BaselineError
 from swarm.events import BaselineChecked
 from swarm.run_state import RunView
-from swarm_fakes import FakeAgent, FakeEvaluator
 
 
 def _keep_one_engine() -> str:
@@ -48,7 +48,7 @@ def test_kept_engine_failing_reverification_falls_back_to_the_reference():
     check = next(e for e in events if isinstance(e, BaselineChecked))
     assert not check.ok and "failed re-verification" in check.summary and "falling back" in check.summary
     assert view.baseline.id == REFERENCE_ID and view.run.baseline_request == kept_id
-    assert any(l.candidate_id == kept_id and "re-verification" in lesson.summary for lesson in lessons)
+    assert any(lesson.candidate_id == kept_id and "re-verification" in lesson.summary for lesson in lessons)
 
 
 def test_unknown_kept_engine_baseline_names_the_fix():

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import json
 
+from loop_helpers import fake_swarm, small_target
+from swarm_fakes import FakeAgent
 from typer.testing import CliRunner
 
-from loop_helpers import fake_swarm, small_target
 from swarm.cli import app
-from swarm_fakes import FakeAgent
 
 runner = CliRunner(env={"COLUMNS": "250"})
 
@@ -55,7 +55,8 @@ def test_kb_list_show_and_export(tmp_path):
     exported = json.loads(runner.invoke(app, ["kb", "export", "--json"]).output)
     assert len(exported["candidates"]) == 4 and exported["kept_engines"][0]["id"] == f"{run_id}.i001.s00"
     lines = runner.invoke(app, ["kb", "export"]).output.splitlines()
-    assert {json.loads(line)["table"] for line in lines} == {"runs", "candidates", "verdicts", "kept_engines", "lessons"}
+    tables = {json.loads(line)["table"] for line in lines}
+    assert tables == {"runs", "candidates", "verdicts", "kept_engines", "lessons"}
 
 
 def test_review_of_an_unknown_run_exits_2():

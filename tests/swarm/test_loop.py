@@ -4,14 +4,14 @@ from __future__ import annotations
 import json
 
 import pytest
+from loop_helpers import fake_swarm, small_target
+from swarm_fakes import SPEED_FILE, FakeAgent, FakeEvaluator
 
 from knowledge_base import REFERENCE_ID, CandidateState
-from loop_helpers import fake_swarm, small_target
 from swarm.events import EngineKept, EvaluationFinished, read_events
 from swarm.loop import ACCEPTED
 from swarm.paths import run_dir
 from swarm.run_state import RunView
-from swarm_fakes import SPEED_FILE, FakeAgent, FakeEvaluator
 
 
 def test_pass_is_kept_and_becomes_the_next_parent():

@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import yaml
-
 from loop_helpers import fake_swarm, small_target
+from swarm_fakes import FakeAgent
+
 from swarm.nightly import run_nightly
 from swarm.paths import nightly_dir
-from swarm_fakes import FakeAgent
 
 
 def _write(path, target):

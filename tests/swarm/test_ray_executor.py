@@ -2,20 +2,20 @@
 from __future__ import annotations
 
 import pytest
-
 import swarm_fakes
-from candidates import write_files
 from loop_helpers import small_target
-from swarm.executor import EvalJob
 from swarm_fakes import SPEED_FILE, FakeEvaluator, fake_calibrate, speed_file
+
+from candidates import write_files
+from swarm.executor import EvalJob
 
 ray = pytest.importorskip("ray")
 
 
 def test_ray_task_evaluates_a_candidate_and_calibrates(tmp_path):
-    from swarm.ray_executor import RayExecutor
-
     from ray import cloudpickle
+
+    from swarm.ray_executor import RayExecutor
 
     cloudpickle.register_pickle_by_value(swarm_fakes)  # Ray workers do not have tests/ on their path
     target = small_target(executor="ray")

@@ -10,8 +10,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from knowledge_base import CandidateState, KnowledgeStore, RunState
 from loop_helpers import small_target
+
+from knowledge_base import CandidateState, KnowledgeStore, RunState
 from swarm.paths import kb_path, swarm_home
 
 HERE = Path(__file__).resolve().parent
@@ -66,5 +67,6 @@ def test_resume_after_kill_9_mid_evaluation(tmp_path):
     assert run.state is RunState.FINISHED and run.elapsed_s > 0
     assert all(c.state is CandidateState.DONE for c in kb.candidates(run_id))
     assert [k.id for k in kb.kept_engines(run_id)] == [f"{run_id}.i001.s00", f"{run_id}.i002.s01"]
-    events = [json.loads(line)["kind"] for line in (swarm_home() / "runs" / run_id / "events.jsonl").read_text().splitlines()]
+    log = swarm_home() / "runs" / run_id / "events.jsonl"
+    events = [json.loads(line)["kind"] for line in log.read_text().splitlines()]
     assert events.count("run_started") == 2 and events.count("noise_calibrated") == 1

@@ -134,7 +134,7 @@ class GraphEngine(ReferenceEngine):
         emitted = 0
         for block in self._blocks(request, ends):
             frames.extend(block.unbind(0))
-            if len(frames) in ends:
+            if len(frames) in ends and len(frames) > emitted:
                 yield self._chunk(frames, emitted, len(frames), schedule.overlap_frames)
                 emitted = len(frames)
         if len(frames) > emitted:

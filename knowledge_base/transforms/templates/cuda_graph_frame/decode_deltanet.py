@@ -26,8 +26,8 @@ def deltanet_decode(x: torch.Tensor, w: DeltaNetWeights, cfg: BackboneConfig, st
     conv = (window.float() * w.conv.float()).sum(0).to(x.dtype)
     q, k, v = F.silu(conv).float().split((kd, kd, vd))
     repeat = nv // nk  # value head h reads key head h // repeat
-    q = (F.normalize(q.view(nk, dk), dim=-1) * dk ** -0.5).repeat_interleave(repeat, dim=0)
-    k = F.normalize(k.view(nk, dk), dim=-1).repeat_interleave(repeat, dim=0)
+    q = (F.normalize(q.view(nk, 1, dk), dim=-1) * dk ** -0.5).expand(nk, repeat, dk).reshape(nv, dk)
+    k = F.normalize(k.view(nk, 1, dk), dim=-1).expand(nk, repeat, dk).reshape(nv, dk)
     beta = torch.sigmoid(b.float())
     g = w.neg_a * F.softplus(a.float() + w.dt_bias)
     s = state.recurrent  # (nv, dk, dv) fp32

@@ -1,0 +1,306 @@
+"""H200 fast check of the cuda_* / triton_* transforms at full drama3 size with random weights:
+
+    python scripts/gpu_fast_check.py --out result.json [--engines graph,graph_unfused] [--frames 200]
+
+(`--config drama3-tiny --device cpu --frames 8` is a quick dry run of the script itself; graph stages need CUDA.)
+
+One weight dict serves the reference engine and each transformed engine (built one at a time). Per engine:
+teacher-forced logits vs the reference on 2 prompts x 16 frames (the evaluator's check_logits, H200 target
+tolerances), decode ms/frame (CUDA events and synchronised wall clock), prefill time, streaming TTFA (1-frame
+first chunk) and RTF over --frames frames, peak memory, and a per-stage breakdown from separately captured stage
+graphs. A failing engine is reported and the next one runs; the JSON is rewritten after every engine.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib
+import json
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from candidates.repo import engine_files, write_files  # noqa: E402
+from evaluator.compare import Logits, check_logits  # noqa: E402
+from knowledge_base.transforms import TRANSFORMS  # noqa: E402
+from reference_runtime.api import SamplingParams, StreamSchedule  # noqa: E402
+from reference_runtime.bench import bench_requests, measure_trial  # noqa: E402
+from reference_runtime.config import get_config  # noqa: E402
+from reference_runtime.model import build_engine  # noqa: E402
+from reference_runtime.prompt import build_rows  # noqa: E402
+from reference_runtime.teacher_forcing import teacher_forced  # noqa: E402
+from reference_runtime.weights import init_weights  # noqa: E402
+from swarm.edits import apply_edits  # noqa: E402
+from swarm.proposal import FileEdit  # noqa: E402
+from targets.schema import load_target  # noqa: E402
+
+# engine name -> transforms applied in order to the reference package, with parameter overrides
+RECIPES: dict[str, tuple[tuple[str, dict], ...]] = {
+    "graph": (("cuda_graph_frame", {}), ("cuda_graph_codec", {})),
+    "graph_unfused": (("cuda_graph_frame", {"fuse_projections": False}), ("cuda_graph_codec", {})),
+    "graph_h5moe": (("fp8_dequant_at_build", {}), ("moe_dispatch", {"max_tokens": 64}), ("cuda_graph_frame", {}),
+                    ("cuda_graph_codec", {})),
+}
+FORCED_PROMPTS, FORCED_FRAMES = ("sentences", "voice"), 16
+
+
+@dataclass
+class Correctness:
+    prompt: str
+    max_abs_err: float | None
+    top1: float | None
+    eos_max_err: float | None
+    problems: list[str]
+
+
+@dataclass
+class Report:
+    engine: str
+    transforms: list[str]
+    build_s: float | None = None
+    correctness: list[Correctness] = field(default_factory=list)
+    decode_ms_events: float | None = None
+    decode_ms_wall: float | None = None
+    decode_frames_per_s: float | None = None
+    decode_sync_free: bool | None = None
+    prefill_ms: float | None = None
+    ttfa_ms: float | None = None
+    stream_frames_per_s: float | None = None
+    rtf: float | None = None
+    peak_gib: float | None = None
+    stages_ms: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+
+
+def sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def load_recipe(steps: tuple[tuple[str, dict], ...], root: Path, name: str):
+    files = engine_files(REPO / "reference_runtime" / "model")
+    for transform_name, overrides in steps:
+        transform = TRANSFORMS[transform_name]
+        patches = transform.apply(files, next(transform.variants()) | overrides)
+        files = apply_edits(files, [FileEdit(path=p.path, search=p.search, replace=p.replace) for p in patches])
+    write_files(files, root / name)
+    return importlib.import_module(name)
+
+
+def events_ms(fn: Callable[[], object], repeats: int) -> float:
+    if not torch.cuda.is_available():
+        return wall_ms(lambda: [fn() for _ in range(repeats)], 1) / repeats
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    sync()
+    start.record()
+    for _ in range(repeats):
+        fn()
+    end.record()
+    sync()
+    return start.elapsed_time(end) / repeats
+
+
+def wall_ms(fn: Callable[[], object], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        sync()
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def check(engine, oracle: dict, config, tol) -> list[Correctness]:
+    out = []
+    for prompt, (request, rows, frames, want) in oracle.items():
+        got = teacher_forced(engine, rows, frames)
+        stats, evidence = check_logits(config, prompt, Logits(*want), Logits(*got), frames, request.sampling, tol)
+        out.append(Correctness(prompt, stats and stats.max_abs_err, stats and stats.top1, stats and stats.eos_max_err,
+                               [f"{e.message} (frame {e.frame}, codebook {e.codebook}, value {e.value})"
+                                for e in evidence]))
+    return out
+
+
+def time_engine(report: Report, engine, config, frames: int, trials: int) -> None:
+    requests = bench_requests(config, frames)
+    rows = build_rows(config, requests["hello"], engine.tokenizer).to(engine.device)
+    report.prefill_ms = wall_ms(lambda: engine.prefill(rows, SamplingParams(), 0), 3)
+    engine.decode_frame()  # lazy capture or setup, untimed
+    report.decode_ms_events = events_ms(engine.decode_frame, frames)
+    engine.prefill(rows, SamplingParams(), 0)
+    report.decode_ms_wall = wall_ms(lambda: [engine.decode_frame() for _ in range(frames)], 1) / frames
+    report.decode_frames_per_s = 1e3 / report.decode_ms_events
+    if engine.device.type == "cuda":
+        sync()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            for _ in range(3):
+                engine.decode_frame()
+            report.decode_sync_free = True
+        except RuntimeError:
+            report.decode_sync_free = False
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    schedule = StreamSchedule(first_chunk_frames=1)
+    measure_trial(engine, requests["hello"], schedule)  # warm-up trial
+    results = [measure_trial(engine, requests["hello"], schedule) for _ in range(trials)]
+    report.ttfa_ms = statistics.median(r.ttfa_ms for r in results)
+    report.stream_frames_per_s = statistics.median(r.frames_per_s for r in results)
+    report.rtf = statistics.median(r.rtf for r in results)
+
+
+def codec_stages(report: Report, engine, config) -> None:
+    gen = torch.Generator().manual_seed(0)
+    for n in (1, 10, 64):
+        codes = torch.randint(config.codec.residual_codebook_size, (config.num_codebooks, n), generator=gen)
+        engine.decode_audio(codes)
+        report.stages_ms[f"codec_{n}_frames(wall)"] = wall_ms(lambda: engine.decode_audio(codes), 5)
+
+
+def graph_stages(report: Report, pkg, engine, config) -> None:
+    """Each stage of the frame captured as its own graph and replayed (events): where the frame's time goes."""
+    prog, st, step, sampling = engine.program, engine.state, pkg.decode_step, SamplingParams()
+    engine.prefill(build_rows(config, bench_requests(config, 1)["hello"], engine.tokenizer).to(engine.device),
+                   sampling, 0)
+    span, x = engine._span(engine._rows + 1), st.buf.hidden.clone()
+
+    def sampling_only() -> None:
+        noise = prog.noise.draw(st.buf.seed, st.buf.pos)
+        step.draw_main(st.buf.main_logits, sampling, st.recent(sampling.ras_window), noise)
+        for k in range(config.num_codebooks - 1):
+            step.draw_code(st.buf.code_logits[k], sampling, config.codec.residual_codebook_size,
+                           noise[step.FIRST_CODE + k])
+
+    stages = {"frame": lambda: prog.run("frame", span, sampling), "backbone": lambda: prog.backbone(span),
+              "backbone_moe": lambda: [step.moe_decode(x, lw.moe, config.backbone) for lw in prog.w.layers],
+              "predict": lambda: prog.predict(span, sampling), "sampling": sampling_only}
+    pool = torch.cuda.graph_pool_handle()
+    for name, fn in stages.items():
+        graph, _ = pkg.graph_capture.capture(fn, pool, keep=st.mutable())
+        graph.replay()
+        report.stages_ms[name] = events_ms(graph.replay, 20)
+    s = report.stages_ms
+    s["backbone_mixers_norms"] = s["backbone"] - s["backbone_moe"]
+    s["tower_lm_head"] = s["predict"] - s["sampling"]
+
+
+def peak_gib() -> float | None:
+    return torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None
+
+
+def run_engine(name: str, steps, root: Path, weights, oracle, config, tol, args) -> Report:
+    report = Report(name, [f"{t}({', '.join(f'{k}={v}' for k, v in o.items())})" for t, o in steps])
+    engine = None
+    try:
+        pkg = load_recipe(steps, root, f"fast_check_{name}")
+        if torch.cuda.is_available():
+            torch.cuda.reset_peak_memory_stats()
+        t0 = time.perf_counter()
+        engine = pkg.build_engine(config, weights, torch.device(args.device))
+        sync()
+        report.build_s = time.perf_counter() - t0
+        report.correctness = check(engine, oracle, config, tol)
+        time_engine(report, engine, config, args.frames, args.trials)
+        codec_stages(report, engine, config)
+        if hasattr(engine, "program") and engine.device.type == "cuda":
+            graph_stages(report, pkg, engine, config)
+        report.peak_gib = peak_gib()
+    except Exception as e:  # noqa: BLE001 - one engine's failure must not stop the others
+        report.error = f"{type(e).__name__}: {e}"
+        traceback.print_exc(limit=8)
+    finally:
+        del engine
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    return report
+
+
+def fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def print_table(reports: list[Report]) -> None:
+    print(f"\n{'engine':<14} {'gate':<5} {'max_err':>8} {'top1':>6} {'ms/frame':>9} {'wall':>7} {'fps':>7} "
+          f"{'sync0':>5} {'prefill':>8} {'TTFA ms':>8} {'RTF':>7} {'peakGiB':>8}")
+    for r in reports:
+        gate = "-" if not r.correctness else ("ok" if not any(c.problems for c in r.correctness) else "FAIL")
+        err = max((c.max_abs_err or 0.0 for c in r.correctness), default=None)
+        top1 = min((c.top1 or 0.0 for c in r.correctness), default=None)
+        print(f"{r.engine:<14} {gate:<5} {fmt(err, '8.4f')} {fmt(top1, '6.3f')} {fmt(r.decode_ms_events, '9.3f')} "
+              f"{fmt(r.decode_ms_wall, '7.3f')} {fmt(r.decode_frames_per_s, '7.1f')} {str(r.decode_sync_free):>5} "
+              f"{fmt(r.prefill_ms, '8.1f')} {fmt(r.ttfa_ms, '8.1f')} {fmt(r.rtf, '7.4f')} {fmt(r.peak_gib, '8.1f')}")
+        if r.stages_ms:
+            print("    stages ms: " + ", ".join(f"{k}={v:.3f}" for k, v in r.stages_ms.items()))
+        for c in r.correctness:
+            for p in c.problems:
+                print(f"    {c.prompt}: {p}")
+        if r.error:
+            print(f"    ERROR: {r.error}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="JSON results path")
+    parser.add_argument("--engines", default="graph,graph_unfused,graph_h5moe", help=f"of {sorted(RECIPES)}")
+    parser.add_argument("--frames", type=int, default=200, help="frames per timed decode run and stream trial")
+    parser.add_argument("--trials", type=int, default=3, help="timed stream trials per engine (after one warm-up)")
+    parser.add_argument("--reference-frames", type=int, default=16, help="the eager reference is slow: fewer frames")
+    parser.add_argument("--budget-s", type=float, default=330, help="start no new engine after this many seconds")
+    parser.add_argument("--config", default="drama3", help="model config (drama3-tiny for a dry run)")
+    parser.add_argument("--device", default="cuda")
+    args = parser.parse_args()
+    unknown = [e for e in args.engines.split(",") if e not in RECIPES]
+    if unknown:
+        sys.exit(f"unknown engines {unknown} (known: {sorted(RECIPES)})")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("no CUDA device: pass --device cpu --config drama3-tiny for a dry run")
+    started, device, config = time.perf_counter(), torch.device(args.device), get_config(args.config)
+    tol = load_target(REPO / "targets" / "drama3_h200.yaml").tolerances
+    weights = init_weights(config, seed=0, device=device)
+    sync()
+    header = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "torch": torch.__version__, "config": config.name,
+              "weights_gib": sum(t.numel() * t.element_size() for t in weights.values()) / 2**30,
+              "weights_s": time.perf_counter() - started}
+    print(header, flush=True)
+    ref = build_engine(config, weights, device)
+    requests = bench_requests(config, FORCED_FRAMES)
+    oracle = {}
+    for prompt in FORCED_PROMPTS:
+        rows = build_rows(config, requests[prompt], ref.tokenizer)
+        frames = ref.generate(requests[prompt]).frames
+        oracle[prompt] = (requests[prompt], rows, frames, teacher_forced(ref, rows, frames))
+    reports = [Report("reference", [])]
+    time_engine(reports[0], ref, config, args.reference_frames, 1)
+    codec_stages(reports[0], ref, config)
+    reports[0].peak_gib = peak_gib()
+    del ref
+    gc.collect()
+    root = Path(tempfile.mkdtemp(prefix="fast_check_"))
+    sys.path.insert(0, str(root))
+    for name in args.engines.split(","):
+        if time.perf_counter() - started > args.budget_s:
+            reports.append(Report(name, [], error=f"skipped: past the {args.budget_s:.0f} s budget"))
+            continue
+        print(f"--- {name} ({time.perf_counter() - started:.0f} s)", flush=True)
+        reports.append(run_engine(name, RECIPES[name], root, weights, oracle, config, tol, args))
+        Path(args.out).write_text(json.dumps(header | {"reports": [asdict(r) for r in reports]}, indent=1))
+        print_table(reports[-1:])
+    print_table(reports)
+    Path(args.out).write_text(json.dumps(header | {"reports": [asdict(r) for r in reports],
+                                                   "total_s": time.perf_counter() - started}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

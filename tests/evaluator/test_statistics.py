@@ -1,0 +1,56 @@
+"""The speed decision on synthetic paired ratios: no false wins from noise, real wins pass, absurd ones are
+flagged, and an A/A calibration can only raise the bar."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from evaluator.statistics import NoiseCalibration, bootstrap_ci, compare, decide, rel_iqr, threshold
+from evaluator.verdict import Status
+
+
+def _ratios(center: float, jitter: float, n: int = 30, seed: int = 0) -> list[float]:
+    rng = random.Random(seed)
+    return [center * (1 + rng.uniform(-jitter, jitter)) for _ in range(n)]
+
+
+@pytest.mark.parametrize("center, spread, status", [
+    (1.00, 0.02, Status.SLOWER),  # A/A: identical engines are never a win
+    (0.80, 0.02, Status.SLOWER),
+    (1.50, 0.02, Status.PASS),
+    (1.50, 0.40, Status.NOISY),  # a clear median, but the per-engine spread is too large to trust
+    (1.04, 0.02, Status.SLOWER),  # faster, but not beyond the 1.05 threshold
+    (50.0, 0.02, Status.CHEAT_SUSPECTED),
+])
+def test_decide(center, spread, status):
+    c = compare(_ratios(center, 0.03), 1.0, 0.95, seed=1, limit=1.05)
+    assert decide(c, spread, max_plausible=20.0)[0] == status
+
+
+def test_identical_engines_never_pass_over_many_noisy_runs():
+    wins = 0
+    for seed in range(200):
+        c = compare(_ratios(1.0, 0.15, n=12, seed=seed), 1.0, 0.95, seed=seed, limit=1.03)
+        wins += decide(c, 0.05, 20.0)[0] == Status.PASS
+    assert wins <= 2  # at most ~1% false wins at 95% confidence, one-sided
+
+
+def test_bootstrap_ci_brackets_the_median_and_narrows_with_data():
+    few, many = _ratios(1.2, 0.1, n=8), _ratios(1.2, 0.1, n=200)
+    lo_few, hi_few = bootstrap_ci(few, 0.95, seed=0)
+    lo_many, hi_many = bootstrap_ci(many, 0.95, seed=0)
+    assert lo_many < 1.2 < hi_many
+    assert hi_many - lo_many < hi_few - lo_few
+
+
+def test_rel_iqr():
+    assert rel_iqr([1.0, 1.0, 1.0, 1.0]) == 0.0
+    assert rel_iqr([1.0, 2.0, 3.0, 4.0, 5.0]) == pytest.approx(2.0 / 3.0)
+
+
+def test_calibration_only_raises_the_threshold():
+    aa = NoiseCalibration(speedup=1.0, ci_low=0.9, ci_high=1.12, rel_iqr=0.05, pairs=10, baseline="ref")
+    assert threshold(1.05, None) == 1.05
+    assert threshold(1.05, aa) == 1.12
+    assert threshold(1.2, aa) == 1.2

@@ -1,0 +1,50 @@
+"""Helpers of the GPU transform tests: the drama3-mid config (the full model's per-layer shapes with fewer layers
+and experts), the bf16 tolerances of the H200 target, and engine packages with transforms applied."""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import itertools
+from pathlib import Path
+
+from candidates.repo import engine_files, write_files
+from knowledge_base.transforms import Params, Transform
+from reference_runtime.config import Drama3Config, get_config
+from swarm.edits import apply_edits
+from swarm.proposal import FileEdit
+from targets.schema import ToleranceSpec, load_target
+
+REPO = Path(__file__).resolve().parents[2]
+REFERENCE = REPO / "reference_runtime" / "model"
+_counter = itertools.count()
+
+
+def mid_config() -> Drama3Config:
+    """Full per-layer dims (bf16, 128x128 FP8 blocks, GDN/attention/tower geometry), 8 layers, 32 experts."""
+    full = get_config("drama3")
+    return dataclasses.replace(full, name="drama3-mid", backbone=dataclasses.replace(full.backbone, num_layers=8,
+                                                                                     num_experts=32),
+                               text_vocab_size=512, max_context_rows=4096)
+
+
+def config_named(name: str) -> Drama3Config:
+    return mid_config() if name == "drama3-mid" else get_config(name)
+
+
+def tolerances(config: Drama3Config) -> ToleranceSpec:
+    """float32 gates for drama3-tiny, the H200 target's bf16 gates otherwise."""
+    if config.name == "drama3-tiny":
+        return ToleranceSpec()
+    return load_target(REPO / "targets" / "drama3_h200.yaml").tolerances
+
+
+def load_transformed(steps: list[tuple[Transform, Params]], root: Path):
+    """The reference package with [(transform, param overrides), ...] applied, written under root (which must be
+    on sys.path) and imported."""
+    files = engine_files(REFERENCE)
+    for transform, overrides in steps:
+        patches = transform.apply(files, next(transform.variants()) | overrides)
+        files = apply_edits(files, [FileEdit(path=p.path, search=p.search, replace=p.replace) for p in patches])
+    name = f"gpu_engine_{next(_counter)}"
+    write_files(files, root / name)
+    return importlib.import_module(name)

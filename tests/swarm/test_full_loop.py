@@ -1,0 +1,70 @@
+"""The real thing on CPU: `swarm run` on drama3_cpu with the offline proposer and the real evaluator, killed
+with SIGKILL mid-evaluation and resumed; it must keep a correct, faster engine and evaluate nothing twice."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+from evaluator.verdict import Status, Verdict
+from knowledge_base import KnowledgeStore, RunState
+from swarm.paths import kb_path, run_dir, swarm_home
+from targets import load_target
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _events(run_id: str) -> list[dict]:
+    path = run_dir(run_id) / "events.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _swarm(*args: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+    return subprocess.Popen([sys.executable, "-m", "swarm", *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.mark.slow
+def test_swarm_run_keeps_a_faster_engine_and_survives_kill_9(tmp_path):
+    data = load_target(ROOT / "targets" / "drama3_cpu.yaml").model_dump(mode="json")
+    data["budget"] = {"iterations": 2, "wall_minutes": 10}
+    data["acceptance"] = {}
+    target_file = tmp_path / "cpu.yaml"
+    target_file.write_text(yaml.safe_dump(data))
+    run_id = f"{data['name']}-001"
+
+    proc = _swarm("run", str(target_file))
+    deadline = time.monotonic() + 300
+    while sum(e["kind"] == "evaluation_started" for e in _events(run_id)) < 2 or \
+            not any(e["kind"] == "evaluation_finished" for e in _events(run_id)):
+        assert proc.poll() is None, proc.stdout.read()
+        assert time.monotonic() < deadline, "no evaluation finished in time"
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+    resumed = _swarm("run", str(target_file), "--resume", run_id)
+    output, _ = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, output
+    assert f"swarm review {run_id}" in output
+
+    events = _events(run_id)
+    finished = Counter(e["candidate_id"] for e in events if e["kind"] == "evaluation_finished")
+    proposed = Counter(e["candidate_id"] for e in events if e["kind"] == "candidate_proposed")
+    assert set(finished.values()) == {1} and set(proposed.values()) == {1}
+    kb = KnowledgeStore(kb_path())
+    assert kb.run(run_id).state is RunState.FINISHED
+    kept = kb.kept_engines(run_id)
+    assert kept, f"no engine kept: {[(v.candidate_id, v.status, v.summary) for v in kb.verdicts(run_id)]}"
+    verdict = Verdict.model_validate_json(kb.verdict(kept[0].id).verdict_json)
+    assert verdict.status is Status.PASS and verdict.comparison.ci_low > verdict.comparison.threshold
+    assert (swarm_home() / "engines").is_dir()
