@@ -6,15 +6,11 @@ waveform; Snake alphas start near 1 and biases near 0, noisy so a swapped tensor
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
-
 import torch
 
 from .api import Weights
 from .config import CodecConfig
-
-if TYPE_CHECKING:
-    from .weights import WeightSpec
+from .init_spec import Init, WeightSpec, draw
 
 PREFIX = "codec."
 CONV_KERNEL = 7
@@ -28,8 +24,6 @@ OUTPUT_GAIN = 0.5
 
 
 def _spec(shape: tuple[int, ...], std: float, mean: float = 0.0) -> WeightSpec:
-    from .weights import Init, WeightSpec  # weights.py imports this module: resolve the cycle at call time
-
     return WeightSpec(shape, "compute", Init(std=std, mean=mean))
 
 
@@ -131,7 +125,5 @@ def codec_weight_shapes(c: CodecConfig) -> dict[str, WeightSpec]:
 
 def init_codec_weights(c: CodecConfig, seed: int, device: torch.device | str, dtype: torch.dtype) -> Weights:
     """Deterministic for (config, seed, device): each tensor from its own generator seeded by (seed, name)."""
-    from .weights import _draw  # see _spec
-
     device = torch.device(device)
-    return {name: _draw(name, spec, seed, device, dtype) for name, spec in codec_weight_shapes(c).items()}
+    return {name: draw(name, spec, seed, device, dtype) for name, spec in codec_weight_shapes(c).items()}

@@ -8,41 +8,18 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass
-from typing import Literal
 
 import torch
 
 from .api import Weights
 from .codec_weights import init_codec_weights
 from .config import Drama3Config
-from .fp8 import FP8_DTYPE, quantize_blocks
+from .fp8 import quantize_blocks
+from .init_spec import Init, WeightSpec, draw
 
 SCALE_SUFFIX = "_scale_inv"
 NORM_NOISE_STD = 0.1  # zero-centred norm gains ~0 (y = x_hat * (1 + w)), noisy so a swapped norm is visible
 EMBED_STD = 1.0
-
-
-@dataclass(frozen=True, slots=True)
-class Init:
-    """How a tensor is drawn: `mean + std * N(0, 1)`, or a Gated DeltaNet rule (A_log, dt_bias)."""
-
-    std: float = 0.0
-    mean: float = 0.0
-    rule: Literal["normal", "a_log", "dt_bias"] = "normal"
-
-
-@dataclass(frozen=True, slots=True)
-class WeightSpec:
-    """One tensor of the contract. kind: "compute" (bf16/fp32 compute dtype), "fp8" (block-FP8 routed-expert
-    weight, its scale follows as `name + SCALE_SUFFIX`) or "scale" (fp32 scale_inv, drawn with its fp8 weight)."""
-
-    shape: tuple[int, ...]
-    kind: Literal["compute", "fp8", "scale"]
-    init: Init | None = None  # None only for "scale"
-
-    def dtype(self, compute_dtype: torch.dtype) -> torch.dtype:
-        return {"compute": compute_dtype, "fp8": FP8_DTYPE, "scale": torch.float32}[self.kind]
 
 
 def _linear(out_dim: int, in_dim: int, out_scale: float = 1.0) -> WeightSpec:
@@ -164,25 +141,6 @@ def codec_dtype(device: torch.device, compute_dtype: torch.dtype) -> torch.dtype
     return torch.float32 if device.type == "cpu" else compute_dtype
 
 
-def _tensor_seed(seed: int, name: str) -> int:
-    return int.from_bytes(hashlib.sha256(f"{seed}/{name}".encode()).digest()[:8], "little") >> 1
-
-
-def _draw(name: str, spec: WeightSpec, seed: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    """One tensor from its own generator seeded by (seed, name); shared with `codec_weights.init_codec_weights`."""
-    gen = torch.Generator(device=device)
-    gen.manual_seed(_tensor_seed(seed, name))
-    init = spec.init
-    if init.rule == "normal":
-        return torch.randn(spec.shape, generator=gen, device=device, dtype=dtype).mul_(init.std).add_(init.mean)
-    u = torch.rand(spec.shape, generator=gen, device=device, dtype=torch.float32)
-    if init.rule == "a_log":  # A ~ U(1, 16), per value head
-        return torch.log(1 + 15 * u).to(dtype)
-    # dt_bias: inverse softplus of dt ~ logU(1e-3, 1e-1), the Mamba2 / Gated DeltaNet time-step init
-    dt = torch.exp(math.log(1e-3) + u * (math.log(1e-1) - math.log(1e-3)))
-    return (dt + torch.log(-torch.expm1(-dt))).to(dtype)
-
-
 def init_weights(config: Drama3Config, seed: int, device: torch.device | str,
                  dtype: torch.dtype | None = None) -> Weights:
     """Deterministic for (config, seed, device): the full weight dict, experts already block-FP8."""
@@ -192,7 +150,7 @@ def init_weights(config: Drama3Config, seed: int, device: torch.device | str,
     for name, spec in weight_shapes(config).items():
         if spec.kind == "scale":
             continue  # produced with its fp8 weight
-        w = _draw(name, spec, seed, device, dtype)
+        w = draw(name, spec, seed, device, dtype)
         if spec.kind == "fp8":
             weights[name], weights[name + SCALE_SUFFIX] = quantize_blocks(w, config.backbone.fp8_block)
             del w  # drop the unquantised stack before the next layer's is drawn
