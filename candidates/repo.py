@@ -85,6 +85,10 @@ class EngineRepo:
         """Point `runs/<run_id>` at the run's best engine so far."""
         self._git("update-ref", f"refs/heads/runs/{run_id}", sha)
 
+    def tree(self, sha: str) -> str:
+        """The commit's tree id: equal trees are the same engine, whatever the commit message or parent."""
+        return self._repo.commit(sha).tree.hexsha
+
     def files(self, sha: str) -> dict[str, str]:
         tree = self._repo.commit(sha).tree
         return {blob.path: blob.data_stream.read().decode() for blob in tree.traverse() if blob.type == "blob"}

@@ -23,8 +23,9 @@ from .compare import Logits, check_waveform, invalid_frame, outside_support
 from .correctness import AudioLevel, silence_ratio
 from .inputs import trial_request
 from .sandbox import Deadline, Pool, Worker
+from .statistics import prompt_figures, rel_iqr
 from .streams import StreamRun, check_stream, stream_once
-from .verdict import EvaluatorError, Evidence, Rejected, Status
+from .verdict import BenchResult, EvaluatorError, Evidence, Rejected, Status
 
 RMS_RATIO = 4.0  # a trial's RMS must be within this factor of the oracle's
 SILENCE_SLACK = 0.25  # and its silent-frame share at most this much above the oracle's
@@ -137,3 +138,31 @@ def audit(pool: Pool, oracle: Worker, trial: Trial, target: Target, deadline: De
                               config.codec.frame_samples)
     if evidence:  # the streamed audio is not the decode of the streamed frames
         raise Rejected(Status.CHEAT_SUSPECTED, evidence)
+
+
+def paired_ratios(trials: list[Trial]) -> list[float]:
+    """candidate/baseline frames/s of each timed pair (one request, both engines)."""
+    pairs: dict[int, dict[str, Trial]] = {}
+    for x in trials:
+        if x.timed:
+            pairs.setdefault(x.pair, {})[x.engine] = x
+    return [p["candidate"].frames_per_s / p["baseline"].frames_per_s for p in pairs.values()]
+
+
+def spread(trials: list[Trial]) -> float:
+    """The largest relative IQR of frames/s over (engine, prompt) groups of timed trials."""
+    groups: dict[tuple[str, str], list[float]] = {}
+    for x in trials:
+        if x.timed:
+            groups.setdefault((x.engine, x.prompt), []).append(x.frames_per_s)
+    return max(rel_iqr(v) for v in groups.values())
+
+
+def bench_result(name: str, trials: list[Trial]) -> BenchResult:
+    """Per-prompt p50/p95 figures of one engine's timed trials, in prompt order."""
+    figures = []
+    for p in dict.fromkeys(x.prompt for x in trials):
+        mine = [x for x in trials if x.prompt == p]
+        figures.append(prompt_figures(p, [x.ttfa_s * 1e3 for x in mine], [x.frames_per_s for x in mine],
+                                      [x.rtf for x in mine]))
+    return BenchResult(engine=name, prompts=figures)

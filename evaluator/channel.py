@@ -14,13 +14,32 @@ import select
 import struct
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from .confine import Confinement
+
 HEADER = struct.Struct("<Q")
 MAX_MESSAGE_BYTES = 1 << 30
 TICK_S = 0.05
+# error texts meaning the CUDA context is poisoned: the worker classifies its exceptions by them, the judge its logs
+CUDA_FAULT_MARKERS = ("illegal memory access", "device-side assert", "CUDA error", "misaligned address",
+                      "unspecified launch failure", "CUBLAS_STATUS", "cuDNN error")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInit:
+    """The judge's first message."""
+
+    role: str
+    package: str  # import name: "reference_runtime.model" or the neutral name of a copied candidate
+    confinement: Confinement
+    config: str
+    weights: str  # "random" or a checkpoint directory
+    weights_seed: int
+    device: str
 
 
 class ChannelClosed(Exception):

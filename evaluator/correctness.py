@@ -56,6 +56,13 @@ class CorrectnessReport:
     stats: list[LogitStats]
     level: AudioLevel
 
+    def summary(self, logit_atol: float) -> Evidence:
+        """How close the candidate came, for a verdict that passed the gate."""
+        err = max(s.max_abs_err for s in self.stats)
+        return Evidence(check="teacher_forced", value=err, limit=logit_atol, message=(
+            f"passed on {len(self.stats)} held-out prompts: max |logit error| {err:.2e}, top-1 agreement >= "
+            f"{min(s.top1 for s in self.stats):.3f}, top-5 >= {min(s.top5 for s in self.stats):.3f}"))
+
 
 class Cascade:
     def __init__(self, pool: Pool, oracle: Worker, candidate: Worker, target: Target, rng: random.Random):
@@ -114,7 +121,7 @@ class Cascade:
         n = request.max_frames
         spf = self.config.codec.frame_samples
         if frames is None or frames.dtype != torch.long or tuple(frames.shape) != (n, ROW_WIDTH) or \
-                audio is None or tuple(audio.shape) != (n * spf,):
+                audio is None or audio.dtype != torch.float32 or tuple(audio.shape) != (n * spf,):
             raise Rejected(Status.MISMATCH, [Evidence(check="generate", prompt=label, message=(
                 f"generate returned frames {describe(frames)} and audio {describe(audio)}; expected int64 "
                 f"({n}, {ROW_WIDTH}) and float32 ({n * spf},) for max_frames={n}, ignore_eos"))])

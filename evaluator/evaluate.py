@@ -20,12 +20,12 @@ from reference_runtime.config import get_config
 from targets.schema import Target
 
 from . import static_scan
-from .benchmark import Benchmark, Trial, audit
+from .benchmark import Benchmark, Trial, audit, bench_result, paired_ratios, spread
 from .correctness import AudioLevel, Cascade
 from .inputs import held_out_requests
 from .sandbox import REFERENCE_DIR, Deadline, Pool, Ready, Worker, WorkerFailure
-from .statistics import NoiseCalibration, compare, decide, prompt_figures, rel_iqr, threshold
-from .verdict import BenchResult, EvaluatorError, Evidence, Rejected, Status, Verdict
+from .statistics import NoiseCalibration, compare, decide, threshold
+from .verdict import EvaluatorError, Evidence, Rejected, Status, Verdict
 
 
 def evaluate(candidate_dir: Path, target: Target, *, baseline_dir: Path, work_dir: Path,
@@ -49,9 +49,9 @@ def calibrate_noise(baseline_dir: Path, target: Target, *, work_dir: Path, gpu_i
         trials = _trusted(Benchmark(pool, a, b, target, rng, level).run, deadline)
     finally:
         pool.close()
-    ratios = _paired_ratios(trials)
+    ratios = paired_ratios(trials)
     c = compare(ratios, 1.0, target.benchmark.confidence, rng.getrandbits(32), target.benchmark.min_speedup)
-    return NoiseCalibration(speedup=c.speedup, ci_low=c.ci_low, ci_high=c.ci_high, rel_iqr=_spread(trials),
+    return NoiseCalibration(speedup=c.speedup, ci_low=c.ci_low, ci_high=c.ci_high, rel_iqr=spread(trials),
                             pairs=len(ratios), baseline=str(baseline_dir))
 
 
@@ -116,6 +116,7 @@ class _Evaluation:
         with self.stage("correctness", t.timeouts.correctness_s) as deadline:
             report = Cascade(self.pool, oracle, candidate, t, self.rng).run(deadline)
         self.verdict_fields["free_running_agreement_frames"] = report.free_running
+        self.evidence.append(report.summary(t.tolerances.logit_atol))
         baseline = oracle
         if self.baseline_dir.resolve() != REFERENCE_DIR:
             with self.stage("baseline_build", t.timeouts.build_s) as deadline:
@@ -137,16 +138,16 @@ class _Evaluation:
 
     def _decide(self, trials: list[Trial]) -> tuple[Status, str]:
         timed = [x for x in trials if x.timed]
-        results = {name: _bench_result(name, [x for x in timed if x.engine == name]) for name in ("candidate",
+        results = {name: bench_result(name, [x for x in timed if x.engine == name]) for name in ("candidate",
                                                                                                    "baseline")}
         ttfa = statistics.median(c.ttfa_ms_p50 / b.ttfa_ms_p50 for c, b in
                                  zip(results["candidate"].prompts, results["baseline"].prompts))
         limit = threshold(self.target.benchmark.min_speedup, self.calibration)
-        comparison = compare(_paired_ratios(trials), ttfa, self.target.benchmark.confidence,
+        comparison = compare(paired_ratios(trials), ttfa, self.target.benchmark.confidence,
                              self.rng.getrandbits(32), limit)
         self.verdict_fields |= {"candidate_bench": results["candidate"], "baseline_bench": results["baseline"],
                                 "comparison": comparison}
-        return decide(comparison, _spread(trials), self.target.benchmark.max_plausible_speedup)
+        return decide(comparison, spread(trials), self.target.benchmark.max_plausible_speedup)
 
 
 def _trusted(call, *args):
@@ -162,33 +163,6 @@ def _level(pool: Pool, worker: Worker, target: Target, rng: random.Random, deadl
     request = held_out_requests(config, rng, 1, target.benchmark.frames)[0]
     audio = pool.use(worker).call("generate", deadline, "generation", request=request)["audio"]
     return AudioLevel.of(audio, config.codec.frame_samples)
-
-
-def _paired_ratios(trials: list[Trial]) -> list[float]:
-    """candidate/baseline frames/s of each timed pair (one request, both engines)."""
-    pairs: dict[int, dict[str, Trial]] = {}
-    for x in trials:
-        if x.timed:
-            pairs.setdefault(x.pair, {})[x.engine] = x
-    return [p["candidate"].frames_per_s / p["baseline"].frames_per_s for p in pairs.values()]
-
-
-def _spread(trials: list[Trial]) -> float:
-    groups: dict[tuple[str, str], list[float]] = {}
-    for x in trials:
-        if x.timed:
-            groups.setdefault((x.engine, x.prompt), []).append(x.frames_per_s)
-    return max(rel_iqr(v) for v in groups.values())
-
-
-def _bench_result(name: str, trials: list[Trial]) -> BenchResult:
-    prompts = sorted({x.prompt for x in trials}, key=[x.prompt for x in trials].index)
-    figures = []
-    for p in prompts:
-        mine = [x for x in trials if x.prompt == p]
-        figures.append(prompt_figures(p, [x.ttfa_s * 1e3 for x in mine], [x.frames_per_s for x in mine],
-                                      [x.rtf for x in mine]))
-    return BenchResult(engine=name, prompts=figures)
 
 
 def _fresh_dir(work_dir: Path, kind: str) -> Path:

@@ -21,10 +21,9 @@ from pathlib import Path
 from targets.schema import Target
 
 from . import procs
-from .channel import ChannelClosed, ChannelTimeout, JudgeChannel, ProtocolError
+from .channel import CUDA_FAULT_MARKERS, ChannelClosed, ChannelTimeout, JudgeChannel, ProtocolError, WorkerInit
 from .confine import Confinement
 from .verdict import Status
-from .worker import CUDA_FAULT_MARKERS, WorkerInit
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 REFERENCE_DIR = REPO_ROOT / "reference_runtime" / "model"

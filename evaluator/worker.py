@@ -13,29 +13,13 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 
-from .channel import ChannelClosed, WorkerChannel
-from .confine import Confinement, confine
+from .channel import CUDA_FAULT_MARKERS, ChannelClosed, WorkerChannel, WorkerInit
+from .confine import confine
 
 ENGINE_METHODS = ("prefill", "decode_frame", "decode_audio", "generate", "stream")
-CUDA_FAULT_MARKERS = ("illegal memory access", "device-side assert", "CUDA error", "misaligned address",
-                      "unspecified launch failure", "CUBLAS_STATUS", "cuDNN error")
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerInit:
-    """The judge's first message."""
-
-    role: str
-    package: str  # import name: "reference_runtime.model" or the neutral name of a copied candidate
-    confinement: Confinement
-    config: str
-    weights: str  # "random" or a checkpoint directory
-    weights_seed: int
-    device: str
 
 
 class Violation(Exception):

@@ -22,9 +22,10 @@ class Spend:
         return self.wall_s / 60
 
 
-def exhausted(budget: BudgetSpec, spend: Spend) -> str:
-    """Why the run must not start another iteration, or "" while budget remains."""
-    if spend.iterations >= budget.iterations:
+def exhausted(budget: BudgetSpec, spend: Spend, *, mid_iteration: bool = False) -> str:
+    """Why the run must not start another iteration (or, `mid_iteration`, another evaluation); "" while budget
+    remains."""
+    if not mid_iteration and spend.iterations >= budget.iterations:
         return f"iteration budget spent ({spend.iterations}/{budget.iterations})"
     if spend.wall_minutes >= budget.wall_minutes:
         return f"wall-clock budget spent ({spend.wall_minutes:.1f}/{budget.wall_minutes:g} min)"

@@ -20,7 +20,7 @@ from . import events as ev
 console = Console(stderr=True)
 
 _STATUS_STYLE = {"pass": "bold green", "slower": "yellow", "noisy": "yellow", "edit_error": "magenta",
-                 "agent_error": "magenta", "rejected": "magenta"}
+                 "agent_error": "magenta", "duplicate": "magenta", "rejected": "magenta"}
 
 
 def setup_logging(verbose: bool = False) -> None:

@@ -39,8 +39,10 @@ class EvalResult:
 
 
 class Executor(Protocol):
-    def evaluate_all(self, jobs: Sequence[EvalJob]) -> Iterator[EvalResult]:
-        """Evaluate every job; yield results in completion order."""
+    def evaluate_all(self, jobs: Sequence[EvalJob], proceed: Callable[[], bool] = lambda: True
+                     ) -> Iterator[EvalResult]:
+        """Evaluate the jobs, yielding results in completion order; a job not yet started when `proceed()`
+        turns false is dropped (the budget ran out)."""
 
     def calibrate(self, baseline_dir: Path, work_dir: Path, secret_seed: int) -> Any:
         """A/A noise calibration of the baseline on one device slot."""
@@ -77,19 +79,26 @@ class LocalExecutor:
         finally:
             self._free.put(gpu)
 
-    def _run(self, job: EvalJob) -> EvalResult:
-        verdict, seconds = self._on_slot(lambda gpu: self._evaluate(
-            job.candidate_dir, self.target, baseline_dir=job.baseline_dir, work_dir=job.work_dir,
-            secret_seed=job.secret_seed, calibration=job.calibration, gpu_index=gpu))
-        return EvalResult(job=job, verdict=verdict, seconds=seconds)
+    def _run(self, job: EvalJob, proceed: Callable[[], bool]) -> EvalResult | None:
+        def run_on(gpu: int | None) -> Verdict | None:
+            if not proceed():
+                return None
+            return self._evaluate(job.candidate_dir, self.target, baseline_dir=job.baseline_dir,
+                                  work_dir=job.work_dir, secret_seed=job.secret_seed, calibration=job.calibration,
+                                  gpu_index=gpu)
 
-    def evaluate_all(self, jobs: Sequence[EvalJob]) -> Iterator[EvalResult]:
-        pending: set[Future[EvalResult]] = {self._pool.submit(self._run, job) for job in jobs}
+        verdict, seconds = self._on_slot(run_on)
+        return None if verdict is None else EvalResult(job=job, verdict=verdict, seconds=seconds)
+
+    def evaluate_all(self, jobs: Sequence[EvalJob], proceed: Callable[[], bool] = lambda: True
+                     ) -> Iterator[EvalResult]:
+        pending: set[Future[EvalResult | None]] = {self._pool.submit(self._run, job, proceed) for job in jobs}
         try:
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
-                    yield future.result()
+                    if (result := future.result()) is not None:
+                        yield result
         finally:
             for future in pending:
                 future.cancel()

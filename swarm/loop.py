@@ -25,9 +25,10 @@ from .baseline import resolve_baseline
 from .budget import exhausted
 from .context import build_context
 from .engine_key import engine_key
-from .executor import EvalJob, Executor
+from .executor import EvalJob, EvalResult, Executor
 from .outcome import (
     AGENT_ERROR,
+    DUPLICATE,
     EDIT_ERROR,
     baseline_figures,
     feature_of,
@@ -38,7 +39,7 @@ from .outcome import (
 )
 from .paths import reference_engine_dir, run_dir
 from .proposal import Proposal
-from .run_state import RunView, candidate_id, secret_seed
+from .run_state import ParentEngine, RunView, candidate_id, secret_seed
 from .variation import ask_agents, build_candidate, is_budget_stop
 
 log = logging.getLogger(__name__)
@@ -132,8 +133,8 @@ class Swarm:
             while True:
                 view = RunView.load(self.kb, run_id)
                 iteration = view.current_iteration(num_slots)
-                fresh = not view.slots(iteration)
-                reason = self._stop_reason(view) if fresh else ""
+                # A started iteration (e.g. on resume) is finished unless the budget is spent outright.
+                reason = self._stop_reason(view, mid_iteration=bool(view.slots(iteration)))
                 if reason:
                     break
                 parent = view.parent_for(iteration)
@@ -154,12 +155,12 @@ class Swarm:
             self._persist_elapsed(run_id)  # a crashed session still counts its wall time
             log_.close()
 
-    def _stop_reason(self, view: RunView) -> str:
+    def _stop_reason(self, view: RunView, *, mid_iteration: bool) -> str:
         best = view.best()
         if has_criteria(self.target.acceptance) and view.kept and \
                 not unmet_criteria(self.target.acceptance, best.figures, view.speedup_vs_baseline(best)):
             return ACCEPTED
-        return exhausted(self.target.budget, view.spend(self._session_s()))
+        return exhausted(self.target.budget, view.spend(self._session_s()), mid_iteration=mid_iteration)
 
     def _session_s(self) -> float:
         return time.monotonic() - self._session_start - self._persisted_s
@@ -205,6 +206,7 @@ class Swarm:
         parent_files = self.repo.files(parent.commit)
         empty = [s for s in range(num_slots) if s not in view.slots(iteration)]
         out_of_dollars = False
+        seen_trees = {self.repo.tree(c.git_commit): c.id for c in view.candidates if c.git_commit}
 
         def context_for(slot: int):
             return build_context(self.target, self.kb, view, self.key, parent, parent_files, iteration, slot)
@@ -227,9 +229,11 @@ class Swarm:
                 self.kb.add_rejected_candidate(record, verdict, lesson)
                 error = str(answer.error)
             else:
-                record, error = build_candidate(self.repo, record, parent_files, proposal)
+                built = build_candidate(self.repo, record, parent_files, proposal, seen_trees)
+                record, error = built.record, built.error
                 if error:
-                    verdict, lesson = rejection(record, EDIT_ERROR, error, feature_of(proposal), self.key)
+                    status = DUPLICATE if built.duplicate_of else EDIT_ERROR
+                    verdict, lesson = rejection(record, status, error, feature_of(proposal), self.key)
                     self.kb.add_rejected_candidate(record, verdict, lesson)
                 else:
                     self.kb.add_candidate(record)
@@ -255,26 +259,33 @@ class Swarm:
             self.kb.mark_evaluating(c.id)
             self.events.emit(ev.EvaluationStarted(run_id=run_id, candidate_id=c.id))
         by_id = {c.id: c for c in pending}
-        baseline_measured = view.run.baseline_figures.frames_per_s is not None
-        for result in self.executor.evaluate_all(jobs):
-            candidate = by_id[result.job.candidate_id]
-            proposal = _proposal(candidate)
-            record, lesson, kept = retain(candidate, proposal, result.verdict, result.seconds, parent, self.key)
-            self.kb.record_outcome(record, lesson, kept)
-            measured = baseline_figures(result.verdict)
-            if parent.id == view.baseline.id and measured and not baseline_measured:
-                self.kb.set_baseline_figures(run_id, measured)  # the run's baseline, as this machine times it
-                baseline_measured = True
-            self.events.emit(ev.EvaluationFinished(
-                run_id=run_id, candidate_id=candidate.id, status=record.status, summary=record.summary,
-                seconds=result.seconds, speedup=record.figures.speedup))
-            if kept is not None:
-                self.repo.tag_kept(kept.id, kept.git_commit)
-                self.events.emit(ev.EngineKept(
-                    run_id=run_id, candidate_id=kept.id, title=kept.title,
-                    speedup_vs_baseline=view.speedup_vs_baseline(kept), frames_per_s=kept.figures.frames_per_s,
-                    ttfa_ms=kept.figures.ttfa_ms))
+        def proceed() -> bool:
+            spend = RunView.load(self.kb, run_id).spend(self._session_s())
+            return not exhausted(self.target.budget, spend, mid_iteration=True)
+
+        for result in self.executor.evaluate_all(jobs, proceed):
+            self._retain(view, parent, by_id[result.job.candidate_id], result)
         self.repo.set_run_branch(run_id, RunView.load(self.kb, run_id).best().commit)
+
+    def _retain(self, view: RunView, parent: ParentEngine, candidate: CandidateRecord, result: EvalResult) -> None:
+        """Record one evaluated candidate: verdict, lesson and, on PASS, a kept engine (one transaction)."""
+        run_id = view.run.id
+        record, lesson, kept = retain(candidate, _proposal(candidate), result.verdict, result.seconds, parent,
+                                      self.key)
+        self.kb.record_outcome(record, lesson, kept)
+        measured = baseline_figures(result.verdict)
+        if parent.id == view.baseline.id and measured and \
+                RunView.load(self.kb, run_id).run.baseline_figures.frames_per_s is None:
+            self.kb.set_baseline_figures(run_id, measured)  # the run's baseline, as this machine times it
+        self.events.emit(ev.EvaluationFinished(
+            run_id=run_id, candidate_id=candidate.id, status=record.status, summary=record.summary,
+            seconds=result.seconds, speedup=record.figures.speedup))
+        if kept is not None:
+            self.repo.tag_kept(kept.id, kept.git_commit)
+            self.events.emit(ev.EngineKept(
+                run_id=run_id, candidate_id=kept.id, title=kept.title,
+                speedup_vs_baseline=view.speedup_vs_baseline(kept), frames_per_s=kept.figures.frames_per_s,
+                ttfa_ms=kept.figures.ttfa_ms))
 
 
 ACCEPTED = "acceptance criteria met"

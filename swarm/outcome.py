@@ -16,6 +16,7 @@ from .run_state import ParentEngine
 
 EDIT_ERROR = "edit_error"  # a proposal whose SEARCH/REPLACE edits did not apply
 AGENT_ERROR = "agent_error"  # an agent that returned no usable proposal
+DUPLICATE = "duplicate"  # an engine identical to an earlier candidate of the run (not evaluated again)
 
 # Which architecture feature an engine file implements; lessons are filed under it.
 _FEATURE_OF_FILE = {

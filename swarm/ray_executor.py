@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +58,8 @@ class RayExecutor:
         self._eval_remote = ray.remote(num_gpus=gpus, max_retries=0)(_evaluate_task)
         self._calibrate_remote = ray.remote(num_gpus=gpus, max_retries=0)(_calibrate_task)
 
-    def evaluate_all(self, jobs: Sequence[EvalJob]) -> Iterator[EvalResult]:
+    def evaluate_all(self, jobs: Sequence[EvalJob], proceed: Callable[[], bool] = lambda: True
+                     ) -> Iterator[EvalResult]:
         refs = {}
         for job in jobs:
             ref = self._eval_remote.remote(self._evaluate, self.target, engine_files(job.candidate_dir),
@@ -70,6 +71,8 @@ class RayExecutor:
                 done, pending = self._ray.wait(pending, num_returns=1)
                 verdict, seconds = self._ray.get(done[0])
                 yield EvalResult(job=refs[done[0]], verdict=verdict, seconds=seconds)
+                if not proceed():
+                    break  # tasks still queued or running are cancelled: the budget ran out
         finally:
             for ref in pending:
                 self._ray.cancel(ref, force=True)

@@ -60,15 +60,27 @@ def commit_message(candidate_id: str, proposal: Proposal) -> str:
             f"Agent: {proposal.agent}\nCandidate: {candidate_id}{transforms}\n")
 
 
-def build_candidate(repo: EngineRepo, record: CandidateRecord, parent_files: dict[str, str],
-                    proposal: Proposal) -> tuple[CandidateRecord, str]:
-    """The committed candidate, or the uncommitted record and the reason its edits were rejected."""
+@dataclass(frozen=True, slots=True)
+class Built:
+    record: CandidateRecord  # committed (git_commit set) unless `error`
+    error: str = ""
+    duplicate_of: str = ""  # an earlier candidate of the run with the same engine tree
+
+
+def build_candidate(repo: EngineRepo, record: CandidateRecord, parent_files: dict[str, str], proposal: Proposal,
+                    seen_trees: dict[str, str]) -> Built:
+    """Apply the edits and commit; `seen_trees` (tree id -> candidate id) catches an engine proposed twice."""
     try:
         files = apply_edits(parent_files, proposal.edits)
     except EditError as e:
-        return record, str(e)
+        return Built(record, str(e))
     if files == parent_files:
-        return record, "the edits leave every file unchanged: a candidate must change the engine"
+        return Built(record, "the edits leave every file unchanged: a candidate must change the engine")
     sha = repo.commit_candidate(record.parent_commit, files, candidate_id=record.id,
                                 message=commit_message(record.id, proposal))
-    return replace(record, git_commit=sha, state=CandidateState.PROPOSED), ""
+    tree = repo.tree(sha)
+    if tree in seen_trees:
+        return Built(record, f"the same engine as {seen_trees[tree]}, already proposed in this run",
+                     duplicate_of=seen_trees[tree])
+    seen_trees[tree] = record.id
+    return Built(replace(record, git_commit=sha, state=CandidateState.PROPOSED))

@@ -3,11 +3,7 @@ torch.compile the tower layers' dense parts for the one-row decode step.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
-from .base import Files, NotApplicable, Params, Patch, Transform, replace_once
-
-TEMPLATES = Path(__file__).resolve().parent / "templates"
+from .base import Files, NotApplicable, Params, Patch, Transform, replace_once, template_files
 
 _DECODE_BACKBONE = """\
         row = req.last_frame[None]
@@ -20,13 +16,13 @@ _PREFILL_CACHES = ("backbone_caches=backbone.new_caches()", "backbone_caches=_re
 
 
 def _graphs(files: Files, params: Params) -> list[Patch]:
-    if "graphs.py" in files:
-        raise NotApplicable("graphs.py already exists")
+    if "graph_engine.py" in files:
+        raise NotApplicable("cuda_graph_frame already graphs the whole frame, backbone included")
     prefill = next((p for p in _PREFILL_CACHES if files.get("engine.py", "").count(p) == 1), None)
     if prefill is None:
         raise NotApplicable("engine.py: prefill does not create the backbone caches where expected")
     return [
-        Patch("graphs.py", "", (TEMPLATES / "cuda_graphs.py").read_text()),
+        *template_files(files, "cuda_graph_backbone"),
         # In place: a graph replays fixed addresses, so the state must not be rebound to a new tensor.
         replace_once(files, "deltanet.py", _CONV_STATE, "        state.conv.copy_(window[-(self.kernel - 1):])\n"),
         replace_once(files, "engine.py", "from .kv_cache import KVCache\n",
@@ -92,6 +88,8 @@ def _fused(fn: Callable, x: torch.Tensor) -> Callable:
 
 
 def _compile(files: Files, params: Params) -> list[Patch]:
+    if "graph_engine.py" in files:
+        raise NotApplicable("cuda_graph_frame runs its own tower step; compiling TowerLayer would be dead code")
     return [
         replace_once(files, "tower.py", _TOWER_LAYER_CALL, """\
         x, normed = _fused(_enter, h)(h, e, self.enorm, self.hnorm, self.eh_proj, self.input_layernorm, self.eps)

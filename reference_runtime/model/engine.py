@@ -158,9 +158,10 @@ class ReferenceEngine:
 
     def _chunk(self, frames: list[torch.Tensor], start: int, end: int, overlap: int | None) -> AudioChunk:
         first = 0 if overlap is None else max(0, start - overlap)  # left context the codec re-decodes
-        audio = self.decode_audio(torch.stack(frames[first:end])[:, 1:].T)
+        window = torch.stack(frames[first:end])
+        audio = self.decode_audio(window[:, 1:].T)
         return AudioChunk(audio=audio[(start - first) * self.config.codec.frame_samples:],
-                          frame_start=start, frame_end=end)
+                          frame_start=start, frame_end=end, frames=window[start - first:].cpu())
 
     # ---- input validation
 

@@ -33,7 +33,8 @@ def speed_file(speed: float, note: str) -> str:
 
 
 class FakeAgent:
-    """Plays a plan: (iteration, slot) -> a speed factor, or "bad_edit" / "broken" / "error" / "budget"."""
+    """Plays a plan: (iteration, slot) -> a speed factor, or "bad_edit" / "broken" / "error" / "budget", or
+    "dup" (exactly the engine that a factor of 1.5 in slot 0 of the same iteration makes)."""
 
     def __init__(self, name: str, plan: dict[tuple[int, int], float | str], cost_usd: float = 0.0,
                  log: Path | None = None):
@@ -62,8 +63,8 @@ class FakeAgent:
         if action == "budget":
             raise BudgetExceeded(f"{self.name}: the call would cross the dollar cap")
         speed, _ = read_speed(context.parent_files)
-        tag = f"i{context.iteration:03d}.s{context.slot:02d}"
-        new_speed = speed * action if isinstance(action, float) else speed
+        tag = f"i{context.iteration:03d}.s{0 if action == 'dup' else context.slot:02d}"
+        new_speed = speed * (1.5 if action == "dup" else action if isinstance(action, float) else 1.0)
         new_note = f"{tag} broken" if action == "broken" else tag
         current = context.parent_files.get(SPEED_FILE, "")
         search = "SPEED = 0.0 (no such line)\n" if action == "bad_edit" else current

@@ -1,11 +1,11 @@
 """The live progress panel follows a run's events: iteration, in flight, best vs baseline and goals, spend."""
 from __future__ import annotations
 
-from rich.console import Console
-
 from loop_helpers import fake_swarm, small_target
-from swarm.console import LiveProgress
+from rich.console import Console
 from swarm_fakes import FakeAgent
+
+from swarm.console import LiveProgress
 
 
 def test_live_progress_tracks_the_run():

@@ -112,3 +112,26 @@ def test_second_run_gets_the_next_id_and_a_fresh_secret():
     assert (first.run_id, second.run_id) == ("fake-cpu-001", "fake-cpu-002")
     assert runs[0].secret != runs[1].secret
     assert json.loads(runs[0].calibration_json)["pairs"] == 4
+
+
+def test_an_engine_proposed_twice_is_evaluated_once():
+    evaluator = FakeEvaluator()
+    with fake_swarm(small_target(budget={"iterations": 1}), [FakeAgent("a", {(1, 0): 1.5, (1, 1): "dup"})],
+                    evaluator) as swarm:
+        outcome = swarm.start()
+        verdicts = swarm.kb.verdicts(outcome.run_id)
+    # proposals are committed as they arrive, so either slot may be the first of the two
+    first, second = sorted(verdicts, key=lambda v: v.status != "pass")
+    assert (first.status, second.status) == ("pass", "duplicate")
+    assert f"same engine as {first.candidate_id}" in second.summary
+
+
+def test_wall_budget_spent_mid_iteration_cancels_queued_evaluations():
+    target = small_target(budget={"iterations": 3, "wall_minutes": 0.01})  # 0.6 s; each evaluation takes 0.8 s
+    with fake_swarm(target, [FakeAgent("a", {}), FakeAgent("b", {})], FakeEvaluator(delay_s=0.8)) as swarm:
+        outcome = swarm.start()
+        candidates = swarm.kb.candidates(outcome.run_id)
+        verdicts = swarm.kb.verdicts(outcome.run_id)
+    assert outcome.stop_reason.startswith("wall-clock budget")
+    assert len(candidates) == 4 and len(verdicts) == 1  # the other three were never started
+    assert [c.state.value for c in candidates[1:]] == ["evaluating"] * 3

@@ -1,0 +1,88 @@
+"""The routed experts of one token in two Triton kernels reading the block-FP8 weights in place (no gather, no
+dequantised copy): (1) per selected expert and tile of intermediate rows, gate and up GEMVs over 128-wide
+K blocks, each block's partial sum times its 128x128 tile scale, then silu(gate) * up; (2) per tile of output
+rows, the down GEMVs of all k experts, weighted by the routing weights and summed. fp32 throughout.
+On CUDA the fp8 bytes convert with the hardware instruction; under TRITON_INTERPRET=1 (the CPU tests) they are
+decoded from their bits.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from reference_runtime.config import BackboneConfig
+
+from .decode_weights import MoEWeights
+from .triton_moe_params import BLOCK_N, NUM_WARPS
+
+
+@triton.jit
+def _fp8_e4m3(bits, NATIVE_FP8: tl.constexpr):
+    """uint8 bits of float8_e4m3fn -> float32 (exact: every e4m3 value is a float32)."""
+    if NATIVE_FP8:
+        return bits.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+    b = bits.to(tl.int32)
+    exp = (b >> 3) & 15
+    man = b & 7
+    normal = (((exp + 120) << 23) | (man << 20)).to(tl.float32, bitcast=True)  # 2^(exp-7) * (1 + man/8)
+    value = tl.where(exp == 0, man.to(tl.float32) * 0.001953125, normal)  # subnormals: man/8 * 2^-6
+    return tl.where((b & 128) != 0, -value, value)
+
+
+@triton.jit
+def _gate_up_kernel(x_ptr, ids_ptr, w_ptr, s_ptr, h_ptr, H: tl.constexpr, INTER: tl.constexpr,
+                    BLOCK: tl.constexpr, BN: tl.constexpr, NATIVE_FP8: tl.constexpr):
+    slot = tl.program_id(0)
+    tile = tl.program_id(1)
+    expert = tl.load(ids_ptr + slot)
+    rows = tile * BN + tl.arange(0, BN)
+    cols = tl.arange(0, BLOCK)
+    w = w_ptr + expert * (2 * INTER * H)
+    s = s_ptr + expert * ((2 * INTER // BLOCK) * (H // BLOCK))
+    gate_scales = s + (tile * BN // BLOCK) * (H // BLOCK)  # a BN-row tile lies inside one 128-row scale block
+    up_scales = s + ((INTER + tile * BN) // BLOCK) * (H // BLOCK)
+    gate = tl.zeros((BN,), tl.float32)
+    up = tl.zeros((BN,), tl.float32)
+    for kb in range(H // BLOCK):
+        x = tl.load(x_ptr + kb * BLOCK + cols).to(tl.float32)[None, :]
+        wg = _fp8_e4m3(tl.load(w + rows[:, None] * H + kb * BLOCK + cols[None, :]), NATIVE_FP8)
+        wu = _fp8_e4m3(tl.load(w + (INTER + rows[:, None]) * H + kb * BLOCK + cols[None, :]), NATIVE_FP8)
+        gate += tl.sum(wg * x, axis=1) * tl.load(gate_scales + kb)
+        up += tl.sum(wu * x, axis=1) * tl.load(up_scales + kb)
+    tl.store(h_ptr + slot * INTER + rows, gate / (1.0 + tl.exp(-gate)) * up)
+
+
+@triton.jit
+def _down_kernel(h_ptr, ids_ptr, top_ptr, w_ptr, s_ptr, y_ptr, H: tl.constexpr, INTER: tl.constexpr,
+                 K: tl.constexpr, BLOCK: tl.constexpr, BN: tl.constexpr, NATIVE_FP8: tl.constexpr):
+    tile = tl.program_id(0)
+    rows = tile * BN + tl.arange(0, BN)
+    cols = tl.arange(0, BLOCK)
+    out = tl.zeros((BN,), tl.float32)
+    for slot in range(K):
+        expert = tl.load(ids_ptr + slot)
+        w = w_ptr + expert * (H * INTER)
+        scales = s_ptr + expert * ((H // BLOCK) * (INTER // BLOCK)) + (tile * BN // BLOCK) * (INTER // BLOCK)
+        y = tl.zeros((BN,), tl.float32)
+        for kb in range(INTER // BLOCK):
+            h = tl.load(h_ptr + slot * INTER + kb * BLOCK + cols)[None, :]
+            wd = _fp8_e4m3(tl.load(w + rows[:, None] * INTER + kb * BLOCK + cols[None, :]), NATIVE_FP8)
+            y += tl.sum(wd * h, axis=1) * tl.load(scales + kb)
+        out += y * tl.load(top_ptr + slot)
+    tl.store(y_ptr + rows, out)
+
+
+def triton_routed_experts(x: torch.Tensor, top: torch.Tensor, ids: torch.Tensor, w: MoEWeights,
+                          cfg: BackboneConfig) -> torch.Tensor:
+    """decode_moe.routed_experts, fused: (1, hidden) -> (1, hidden) fp32."""
+    k, h, inter, block = ids.shape[0], cfg.hidden_size, cfg.moe_intermediate_size, cfg.fp8_block
+    bn = min(BLOCK_N, block)
+    hidden = torch.empty((k, inter), dtype=torch.float32, device=x.device)
+    out = torch.empty((1, h), dtype=torch.float32, device=x.device)
+    native = x.is_cuda
+    _gate_up_kernel[(k, inter // bn)](x.reshape(-1), ids, w.gate_up, w.gate_up_scale, hidden, h, inter, block, bn,
+                                      native, num_warps=NUM_WARPS)
+    _down_kernel[(h // bn,)](hidden, ids, top.contiguous(), w.down, w.down_scale, out, h, inter, k, block, bn, native,
+                             num_warps=NUM_WARPS)
+    return out
