@@ -1,6 +1,6 @@
 """H200 fast check of the cuda_* / triton_* transforms at full drama3 size with random weights:
 
-    python scripts/gpu_fast_check.py --out result.json [--engines graph,graph_unfused] [--frames 200]
+    python scripts/gpu_fast_check.py --out result.json [--engines graph_triton,graph] [--frames 200]
 
 (`--config drama3-tiny --device cpu --frames 8` is a quick dry run of the script itself; graph stages need CUDA.)
 
@@ -30,24 +30,27 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from candidates.repo import engine_files, write_files  # noqa: E402
-from evaluator.compare import Logits, check_logits  # noqa: E402
-from knowledge_base.transforms import TRANSFORMS  # noqa: E402
-from reference_runtime.api import SamplingParams, StreamSchedule  # noqa: E402
-from reference_runtime.bench import bench_requests, measure_trial  # noqa: E402
-from reference_runtime.config import get_config  # noqa: E402
-from reference_runtime.model import build_engine  # noqa: E402
-from reference_runtime.prompt import build_rows  # noqa: E402
-from reference_runtime.teacher_forcing import teacher_forced  # noqa: E402
-from reference_runtime.weights import init_weights  # noqa: E402
-from swarm.edits import apply_edits  # noqa: E402
-from swarm.proposal import FileEdit  # noqa: E402
-from targets.schema import load_target  # noqa: E402
+from candidates.repo import engine_files, write_files
+from evaluator.compare import Logits, check_logits
+from knowledge_base.transforms import TRANSFORMS
+from reference_runtime.api import SamplingParams, StreamSchedule
+from reference_runtime.bench import bench_requests, measure_trial
+from reference_runtime.config import get_config
+from reference_runtime.model import build_engine
+from reference_runtime.prompt import build_rows
+from reference_runtime.teacher_forcing import teacher_forced
+from reference_runtime.weights import init_weights
+from swarm.edits import apply_edits
+from swarm.proposal import FileEdit
+from targets.schema import load_target
 
 # engine name -> transforms applied in order to the reference package, with parameter overrides
 RECIPES: dict[str, tuple[tuple[str, dict], ...]] = {
+    "graph_triton": (("cuda_graph_frame", {}), ("cuda_graph_codec", {}), ("triton_fp8_moe", {})),
     "graph": (("cuda_graph_frame", {}), ("cuda_graph_codec", {})),
     "graph_unfused": (("cuda_graph_frame", {"fuse_projections": False}), ("cuda_graph_codec", {})),
+    "graph_triton_compiled": (("cuda_graph_frame", {"compile_steps": True}), ("cuda_graph_codec", {}),
+                              ("triton_fp8_moe", {})),
     "graph_h5moe": (("fp8_dequant_at_build", {}), ("moe_dispatch", {"max_tokens": 64}), ("cuda_graph_frame", {}),
                     ("cuda_graph_codec", {})),
 }
@@ -165,7 +168,7 @@ def codec_stages(report: Report, engine, config) -> None:
     for n in (1, 10, 64):
         codes = torch.randint(config.codec.residual_codebook_size, (config.num_codebooks, n), generator=gen)
         engine.decode_audio(codes)
-        report.stages_ms[f"codec_{n}_frames(wall)"] = wall_ms(lambda: engine.decode_audio(codes), 5)
+        report.stages_ms[f"codec_{n}_frames(wall)"] = wall_ms(lambda c=codes: engine.decode_audio(c), 5)
 
 
 def graph_stages(report: Report, pkg, engine, config) -> None:
@@ -177,9 +180,9 @@ def graph_stages(report: Report, pkg, engine, config) -> None:
 
     def sampling_only() -> None:
         noise = prog.noise.draw(st.buf.seed, st.buf.pos)
-        step.draw_main(st.buf.main_logits, sampling, st.recent(sampling.ras_window), noise)
+        step.sample_main(st.buf.main_logits, sampling, st.recent(sampling.ras_window), noise)
         for k in range(config.num_codebooks - 1):
-            step.draw_code(st.buf.code_logits[k], sampling, config.codec.residual_codebook_size,
+            step.sample_code(st.buf.code_logits[k], sampling, config.codec.residual_codebook_size,
                            noise[step.FIRST_CODE + k])
 
     stages = {"frame": lambda: prog.run("frame", span, sampling), "backbone": lambda: prog.backbone(span),
@@ -239,7 +242,7 @@ def print_table(reports: list[Report]) -> None:
         err = max((c.max_abs_err or 0.0 for c in r.correctness), default=None)
         top1 = min((c.top1 or 0.0 for c in r.correctness), default=None)
         print(f"{r.engine:<14} {gate:<5} {fmt(err, '8.4f')} {fmt(top1, '6.3f')} {fmt(r.decode_ms_events, '9.3f')} "
-              f"{fmt(r.decode_ms_wall, '7.3f')} {fmt(r.decode_frames_per_s, '7.1f')} {str(r.decode_sync_free):>5} "
+              f"{fmt(r.decode_ms_wall, '7.3f')} {fmt(r.decode_frames_per_s, '7.1f')} {r.decode_sync_free!s:>5} "
               f"{fmt(r.prefill_ms, '8.1f')} {fmt(r.ttfa_ms, '8.1f')} {fmt(r.rtf, '7.4f')} {fmt(r.peak_gib, '8.1f')}")
         if r.stages_ms:
             print("    stages ms: " + ", ".join(f"{k}={v:.3f}" for k, v in r.stages_ms.items()))
@@ -253,7 +256,7 @@ def print_table(reports: list[Report]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="JSON results path")
-    parser.add_argument("--engines", default="graph,graph_unfused,graph_h5moe", help=f"of {sorted(RECIPES)}")
+    parser.add_argument("--engines", default="graph_triton,graph,graph_h5moe,graph_unfused", help=f"of {sorted(RECIPES)}")
     parser.add_argument("--frames", type=int, default=200, help="frames per timed decode run and stream trial")
     parser.add_argument("--trials", type=int, default=3, help="timed stream trials per engine (after one warm-up)")
     parser.add_argument("--reference-frames", type=int, default=16, help="the eager reference is slow: fewer frames")

@@ -89,7 +89,11 @@ def eval_(candidate_dir: Annotated[Path, typer.Argument(help="an engine package 
         if not candidate_dir.is_dir():
             raise FileNotFoundError(f"{candidate_dir}: not a directory; pass an engine package directory")
     with tempfile.TemporaryDirectory(prefix="swarm-eval-") as work:
-        verdict = evaluate(candidate_dir, target, baseline_dir=baseline_dir, work_dir=Path(work))
+        try:
+            verdict = evaluate(candidate_dir, target, baseline_dir=baseline_dir, work_dir=Path(work))
+        except EvaluatorError as e:
+            console.print(f"[bold red]harness error:[/bold red] {escape(str(e))}", soft_wrap=True)
+            raise typer.Exit(1) from None
     out.print(status_text(verdict.status.value), verdict.summary)
     for e in verdict.evidence:
         out.print(f"  {e.check}: {e.message}", highlight=False)

@@ -5,7 +5,6 @@ finished evaluation or asking for a proposal twice.
 """
 from __future__ import annotations
 
-import logging
 import re
 import secrets
 import shutil
@@ -17,6 +16,7 @@ from pathlib import Path
 from candidates import EngineRepo
 from evaluator import NoiseCalibration
 from knowledge_base import CandidateRecord, CandidateState, KnowledgeStore, RunRecord, RunState
+from targets import Target
 
 from . import events as ev
 from .agents.base import Agent
@@ -42,8 +42,6 @@ from .proposal import Proposal
 from .run_state import ParentEngine, RunView, candidate_id, secret_seed
 from .variation import ask_agents, build_candidate, is_budget_stop
 
-log = logging.getLogger(__name__)
-
 AgentsFactory = Callable[[CostLedger], list[Agent]]
 
 
@@ -57,7 +55,7 @@ class RunOutcome:
 class Swarm:
     """One target's search. `start()` opens a new run, `resume(run_id)` continues one; both return when it stops."""
 
-    def __init__(self, target, *, kb: KnowledgeStore, repo: EngineRepo, executor: Executor,
+    def __init__(self, target: Target, *, kb: KnowledgeStore, repo: EngineRepo, executor: Executor,
                  make_agents: AgentsFactory, listeners: list[ev.Listener] | None = None):
         self.target = target
         self.kb = kb
@@ -144,8 +142,7 @@ class Swarm:
                 self._evaluate(RunView.load(self.kb, run_id), iteration, calibration)
                 self._flush_elapsed(run_id)
                 if out_of_dollars:
-                    reason = exhausted(self.target.budget, RunView.load(self.kb, run_id).spend(0.0)) or \
-                        "dollar budget spent (the next call would cross the cap)"
+                    reason = f"dollar budget spent (the next call could cross the ${self.target.budget.dollars:g} cap)"
                     break
             self._flush_elapsed(run_id)
             self.kb.finish_run(run_id, reason)

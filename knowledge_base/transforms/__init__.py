@@ -1,7 +1,7 @@
 """The offline proposer's optimisation transforms for the Drama 3 engine package, by name."""
 from __future__ import annotations
 
-from .attention import fused_qkv, gqa_sdpa, rope_tables
+from .attention import gqa_sdpa, rope_tables
 from .base import NotApplicable, Params, Patch, Transform
 from .caches import static_caches
 from .cuda import compile_tower, cuda_graph_backbone
@@ -9,10 +9,11 @@ from .cuda_graph_codec import cuda_graph_codec
 from .cuda_graph_frame import cuda_graph_frame
 from .moe import fp8_dequant_at_build, moe_dispatch
 from .sampling import topk_first_sampling
+from .triton_fp8_moe import triton_fp8_moe
 
-ALL: tuple[Transform, ...] = (fp8_dequant_at_build, moe_dispatch, rope_tables, gqa_sdpa, fused_qkv, static_caches,
+ALL: tuple[Transform, ...] = (fp8_dequant_at_build, moe_dispatch, rope_tables, gqa_sdpa, static_caches,
                               topk_first_sampling, cuda_graph_backbone, compile_tower, cuda_graph_frame,
-                              cuda_graph_codec)
+                              cuda_graph_codec, triton_fp8_moe)
 TRANSFORMS: dict[str, Transform] = {t.name: t for t in ALL}
 
 __all__ = ["ALL", "TRANSFORMS", "NotApplicable", "Params", "Patch", "Transform"]

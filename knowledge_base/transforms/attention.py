@@ -1,5 +1,5 @@
 """Attention transforms (backbone full-attention layers and every tower layer): RoPE from precomputed tables,
-GQA inside SDPA without copying the KV cache per query head, and one fused q/k/v projection.
+and GQA inside SDPA without copying the KV cache per query head.
 """
 from __future__ import annotations
 
@@ -51,6 +51,7 @@ rope_tables = Transform(
     devices=frozenset({"cpu", "cuda"}),
     apply=_rope_tables,
     space={"table_rows": (16384,)},
+    lesson="Bit-exact; saves the angle arithmetic of every q/k rotation (backbone, tower and codec).",
 )
 
 _MASK_AND_SDPA = """\
@@ -91,40 +92,6 @@ gqa_sdpa = Transform(
     feature="gated_attention",
     devices=frozenset({"cpu", "cuda"}),
     apply=_gqa_sdpa,
-)
-
-_PROJ_INIT = """\
-        self.q_norm = take(weights, f"{prefix}q_norm.weight", (hd,), device)
-"""
-_PROJ_CALL = """\
-        qg = F.linear(x, self.q_proj).view(T, g.num_heads, 2, g.head_dim)
-        q, gate = qg[:, :, 0], qg[:, :, 1]
-        k = F.linear(x, self.k_proj).view(T, g.num_kv_heads, g.head_dim)
-        v = F.linear(x, self.v_proj).view(T, g.num_kv_heads, g.head_dim)
-"""
-
-
-def _fused_qkv(files: Files, params: Params) -> list[Patch]:
-    return [
-        replace_once(files, ATTENTION, _PROJ_INIT, _PROJ_INIT + """\
-        # q(+gate), k and v rows stacked: one matmul per call instead of three.
-        self.qkv_proj = torch.cat((self.q_proj, self.k_proj, self.v_proj))
-        self.qkv_split = (nh * hd * 2, nkv * hd, nkv * hd)
-"""),
-        replace_once(files, ATTENTION, _PROJ_CALL, """\
-        qg, k, v = F.linear(x, self.qkv_proj).split(self.qkv_split, dim=-1)
-        q, gate = qg.view(T, g.num_heads, 2, g.head_dim).unbind(2)
-        k = k.view(T, g.num_kv_heads, g.head_dim)
-        v = v.view(T, g.num_kv_heads, g.head_dim)
-"""),
-    ]
-
-
-fused_qkv = Transform(
-    name="fused_qkv",
-    summary="stack the q/gate, k and v projection weights at build time so each attention call does one "
-            "matmul instead of three",
-    feature="gated_attention",
-    devices=frozenset({"cpu", "cuda"}),
-    apply=_fused_qkv,
+    lesson="Needs torch >= 2.5 (enable_gqa). The repeat_interleave copies grow with the context, so the gain "
+           "grows with sequence length; on drama3-tiny CPU a decode attention call gets several times cheaper.",
 )

@@ -32,7 +32,7 @@ class Patch:
 class Transform:
     name: str
     summary: str  # one line: what it changes and why it is faster
-    feature: str  # architecture feature it touches: "fp8_moe", "linear_attention", "codebook_mtp", ...
+    feature: str  # architecture feature it touches: "fp8_moe", "gated_deltanet", "codebook_mtp", ...
     devices: frozenset[str]  # where it can help: {"cpu"}, {"cuda"} or both
     apply: Callable[[Files, Params], list[Patch]]
     space: Mapping[str, tuple] = field(default_factory=dict)  # parameter -> candidate values, best guess first

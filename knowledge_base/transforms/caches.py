@@ -76,8 +76,10 @@ static_caches = Transform(
     name="static_caches",
     summary="preallocate KV buffers for the whole context and keep KV/DeltaNet state across requests, "
             "reset in place by prefill, instead of allocating and regrowing them per request",
-    feature="codebook_mtp",
+    feature="gated_attention",
     devices=frozenset({"cpu", "cuda"}),
     apply=_static_caches,
     space={"rows": ("max_context", 1024)},
+    lesson="Small on its own (allocation and regrowth copies per request); static buffers are what CUDA graphs "
+           "and fixed-address kernels need.",
 )

@@ -44,11 +44,14 @@ cuda_graph_backbone = Transform(
     name="cuda_graph_backbone",
     summary="replay the backbone's per-frame decode step (40 layers) as one CUDA graph per KV-length bucket, "
             "over static KV buffers and in-place DeltaNet state, instead of launching every kernel from Python",
-    feature="linear_attention",
+    feature="decode_graph",
     devices=frozenset({"cuda"}),
     apply=_graphs,
     space={"min_bucket": (1024, 256)},
     requires=("moe_dispatch",),  # the graph needs a MoE without host syncs
+    lesson="Removes Python launch overhead of the backbone step only; the tower and sampling stay eager (pair "
+           "with compile_tower). Attention reads a whole KV bucket per step, so smaller buckets suit short "
+           "utterances.",
 )
 
 _TOWER_LAYER_CALL = """\
@@ -110,4 +113,6 @@ compile_tower = Transform(
     devices=frozenset({"cuda"}),
     apply=_compile,
     space={"mode": ("max-autotune-no-cudagraphs", "default")},
+    lesson="The first decode compiles (tens of seconds, inside the evaluator's correctness stage); fused bf16 "
+           "norms can move logits by a few ulps.",
 )

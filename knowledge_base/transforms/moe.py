@@ -33,6 +33,9 @@ fp8_dequant_at_build = Transform(
     feature="fp8_moe",
     devices=frozenset({"cpu", "cuda"}),
     apply=_dequant_at_build,
+    lesson="Exact (same tiles times the same scales). On drama3-tiny CPU the MoE call gets ~10x cheaper; on the "
+           "full model it costs the bf16 copy of every expert (about 64 GB), which an H200 holds but a smaller "
+           "GPU may not.",
 )
 
 _LOOP_CALL = """\
@@ -105,4 +108,7 @@ moe_dispatch = Transform(
     apply=_dispatch,
     space={"strategy": ("gather", "dense"), "max_tokens": (1, 64)},
     requires=("fp8_dequant_at_build",),
+    lesson="Removes the per-layer host sync of the expert loop. 'dense' runs every expert and only pays off "
+           "with few, small experts (drama3-tiny); with 256 experts use 'gather'. max_tokens bounds the gathered "
+           "weight copies in prefill.",
 )

@@ -22,13 +22,13 @@ def make_agents(target: Target, ledger: CostLedger) -> list[Agent]:
     for spec in target.agents:
         for copy in range(spec.count):
             name = _unique_name(_base_name(spec, copy), {a.name for a in agents})
-            agents.append(_make(spec, name, len(agents), ledger))
+            agents.append(_make(spec, name, ledger))
     return agents
 
 
-def _make(spec: AgentSpec, name: str, index: int, ledger: CostLedger) -> Agent:
+def _make(spec: AgentSpec, name: str, ledger: CostLedger) -> Agent:
     if spec.provider == "offline":
-        return OfflineAgent(name, index)
+        return OfflineAgent(name)
     if spec.model == "offline":
         raise AgentError(f"agent {name}: provider {spec.provider} needs a model name "
                          "(e.g. model: claude-sonnet-4-5 or model: gpt-5) in the target's agents")

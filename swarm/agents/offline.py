@@ -1,9 +1,10 @@
 """The offline proposer: no API key, no network. It picks and parameterises optimisation transforms from
 `knowledge_base/transforms/` and emits their SEARCH/REPLACE edits.
 
-Choices are deterministic for a given (iteration, slot, agent index). It skips transforms already in the
-parent's lineage or whose code is gone, prefers transforms that lessons say "worked", never repeats a variant
-that failed, and composes two transforms when both have worked before.
+Choices are a function of (iteration, slot): the slots of one iteration take different transforms. It skips
+transforms already in the parent's lineage, whose prerequisites are missing or whose code is gone, ranks
+transforms that lessons say "worked" first and those that failed last, never repeats a variant (`name(k=v)`)
+named in a failure, and composes two transforms when both have worked before.
 """
 from __future__ import annotations
 
@@ -18,10 +19,10 @@ from .base import AgentError
 
 
 @dataclass(frozen=True, slots=True)
-class _Option:
+class _Choice:
     transform: Transform
     params: Params
-    score: int  # higher is tried first
+    edits: list[FileEdit]
 
     @property
     def label(self) -> str:
@@ -29,76 +30,92 @@ class _Option:
 
 
 class OfflineAgent:
-    def __init__(self, name: str, index: int = 0) -> None:
+    def __init__(self, name: str) -> None:
         self.name = name
-        self.index = index  # agents of one run diversify on it
 
     def propose(self, context: ProposalContext) -> Proposal:
-        rng = random.Random(f"{context.iteration}:{context.slot}:{self.index}")
-        options = _options(context)
-        if not options:
+        ranking, top = _ranking(context)
+        failed = _failed_text(context)
+        # Slots of one iteration start at different places of the same ranking, so they do not collide;
+        # a slot past the top tier's size moves on to the next parameter variant.
+        start = context.slot % top if top else 0
+        order = ranking[start:top] + ranking[:start] + ranking[top:]
+        first = next((c for t, _ in order
+                      if (c := _first_variant(t, context.parent_files, failed, context.slot // max(top, 1)))), None)
+        if first is None:
             raise AgentError(f"{self.name}: no transform left to apply to {context.parent_id} on {context.device} "
                              f"(lineage: {', '.join(context.applied_transforms) or 'none'})")
-        best = max(o.score for o in options)
-        top = [o for o in options if o.score == best]
-        rng.shuffle(top)
-        # Parallel slots take different entries of the same shuffled ranking, so they do not collide.
-        first = top[(context.slot + self.index) % len(top)]
         chosen = [first]
-        second = _companion(first, options, context, rng)
-        if best > 0 and second is not None:
-            chosen.append(second)
-        edits = _edits(chosen, context.parent_files)
-        assert edits is not None, "each option was checked to apply"
+        if next(s for t, s in ranking if t is first.transform) > 0:
+            chosen += _companion(first, ranking, context, failed)
         return Proposal(
             agent=self.name,
-            title=" + ".join(o.label for o in chosen),
-            rationale="\n".join(f"{o.label}: {o.transform.summary}" for o in chosen),
-            edits=edits,
-            transforms=[o.transform.name for o in chosen],
+            title=" + ".join(c.label for c in chosen),
+            rationale="\n".join(f"{c.label}: {c.transform.summary}" for c in chosen),
+            edits=[e for c in chosen for e in c.edits],
+            transforms=[c.transform.name for c in chosen],
         )
 
 
-def _options(context: ProposalContext) -> list[_Option]:
+def _failed_text(context: ProposalContext) -> str:
+    return "\n".join([*context.failures,
+                      *(f"{x.summary} {x.evidence}" for x in context.lessons if x.outcome == "failed")])
+
+
+def _ranking(context: ProposalContext) -> tuple[list[tuple[Transform, int]], int]:
+    """Eligible transforms with their scores, best tier first (each tier shuffled by the iteration), and the
+    size of the best tier."""
     lineage = set(context.applied_transforms)
-    failed = " ".join([*context.failures, *(f"{x.summary} {x.evidence}" for x in context.lessons
-                                             if x.outcome == "failed")])
+    failed = _failed_text(context)
     worked = " ".join(f"{x.summary} {x.evidence}" for x in context.lessons if x.outcome == "worked")
-    options = []
-    for transform in TRANSFORMS.values():
-        if (context.device not in transform.devices or transform.name in lineage
-                or not set(transform.requires) <= lineage):
-            continue
-        for params in transform.variants():
-            label = transform.label(params)
-            if label in failed:
-                continue
-            score = (2 if transform.name in worked else 0) - (1 if transform.name in failed else 0)
-            option = _Option(transform, params, score)
-            if _edits([option], context.parent_files) is not None:
-                options.append(option)
-    return options
+    scored = [(t, (2 if _cited(t, worked) else 0) - (1 if _cited(t, failed) else 0))
+              for t in TRANSFORMS.values()
+              if context.device in t.devices and t.name not in lineage and set(t.requires) <= lineage]
+    rng = random.Random(f"offline:{context.iteration}")
+    ranking: list[tuple[Transform, int]] = []
+    for score in sorted({s for _, s in scored}, reverse=True):
+        tier = [(t, s) for t, s in scored if s == score]
+        rng.shuffle(tier)
+        ranking += tier
+    top = sum(1 for _, s in ranking if s == ranking[0][1]) if ranking else 0
+    return ranking, top
 
 
-def _companion(first: _Option, options: list[_Option], context: ProposalContext,
-               rng: random.Random) -> _Option | None:
+def _cited(transform: Transform, text: str) -> bool:
+    return f"{transform.name}(" in text
+
+
+def _first_variant(transform: Transform, files: dict[str, str], failed: str, skip: int) -> _Choice | None:
+    """The first variant (after rotating by `skip`) not named in a failure whose edits apply to `files`."""
+    variants = [p for p in transform.variants() if transform.label(p) not in failed]
+    if not variants:
+        return None
+    skip %= len(variants)
+    for params in variants[skip:] + variants[:skip]:
+        edits = _edits(transform, params, files)
+        if edits is not None:
+            return _Choice(transform, params, edits)
+    return None
+
+
+def _companion(first: _Choice, ranking: list[tuple[Transform, int]], context: ProposalContext,
+               failed: str) -> list[_Choice]:
     """Another transform that has also worked, on a different feature, whose edits stack on the first's."""
-    pool = [o for o in options if o.score > 0 and o.transform.feature != first.transform.feature
-            and o.transform.name not in first.transform.requires and first.transform.name not in o.transform.requires]
-    rng.shuffle(pool)
-    return next((o for o in pool if _edits([first, o], context.parent_files) is not None), None)
+    stacked = apply_edits(context.parent_files, first.edits)
+    for transform, score in ranking:
+        if score <= 0 or transform.feature == first.transform.feature or transform is first.transform:
+            continue
+        choice = _first_variant(transform, stacked, failed, 0)
+        if choice is not None:
+            return [choice]
+    return []
 
 
-def _edits(chosen: list[_Option], files: dict[str, str]) -> list[FileEdit] | None:
-    """The options' edits, each computed on the files the previous ones produced; None if any does not apply."""
-    edits: list[FileEdit] = []
-    current = files
+def _edits(transform: Transform, params: Params, files: dict[str, str]) -> list[FileEdit] | None:
+    """The transform's edits for `files`, checked through the strict apply path; None if they do not apply."""
     try:
-        for option in chosen:
-            step = [FileEdit(path=p.path, search=p.search, replace=p.replace)
-                    for p in option.transform.apply(current, option.params)]
-            current = apply_edits(current, step)
-            edits += step
+        edits = [FileEdit(path=p.path, search=p.search, replace=p.replace) for p in transform.apply(files, params)]
+        apply_edits(files, edits)
     except (NotApplicable, EditError):
         return None
     return edits

@@ -5,6 +5,8 @@ from functools import cache
 from pathlib import Path
 from string import Template
 
+from knowledge_base.transforms import TRANSFORMS
+
 from ..proposal import Lesson, ProposalContext
 
 PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
@@ -33,6 +35,8 @@ def proposal_prompt(context: ProposalContext) -> str:
         failures=_bullets(context.failures),
         lessons=_lessons(context.lessons),
         applied_transforms=_bullets(context.applied_transforms),
+        device=context.device,
+        catalogue=_catalogue(context),
         files=_files(context.parent_files),
     )
 
@@ -58,6 +62,16 @@ def _lessons(lessons: list[Lesson]) -> str:
             evidence = f" (evidence: {lesson.evidence})" if lesson.evidence else ""
             parts.append(f"- [{lesson.outcome}] {lesson.summary}{evidence}")
     return "\n".join(parts)
+
+
+def _catalogue(context: ProposalContext) -> str:
+    lines = []
+    for t in TRANSFORMS.values():
+        if context.device in t.devices and t.name not in context.applied_transforms:
+            space = "; ".join(f"{k} in {list(v)}" for k, v in t.space.items())
+            lines.append(f"- `{t.name}` ({t.feature}{'; ' + space if space else ''}): {t.summary}."
+                         + (f" {t.lesson}" if t.lesson else ""))
+    return "\n".join(lines) or "(none)"
 
 
 def _files(files: dict[str, str]) -> str:

@@ -2,7 +2,8 @@
 
 It answers from a script of `Reply`s (text + usage, or an error status) so tests can drive the real SDK
 clients through `base_url`: `Anthropic(base_url=server.anthropic_url)`, `OpenAI(base_url=server.openai_url)`.
-Every request body is recorded. Runs on 127.0.0.1 on a random port, in a daemon thread.
+Requests containing a routed marker (e.g. "proposal slot 2") take that marker's replies, so concurrent agents
+get their own scripts. Every request body is recorded. Runs on 127.0.0.1 on a random port, in a daemon thread.
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ class Request:
 class ScriptedLLMServer:
     def __init__(self) -> None:
         self.script: deque[Reply] = deque()
+        self.routes: dict[str, deque[Reply]] = {}
         self.requests: list[Request] = []
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
@@ -56,6 +58,11 @@ class ScriptedLLMServer:
         with self._lock:
             self.script.extend(replies)
 
+    def route(self, marker: str, *replies: Reply) -> None:
+        """Replies for the requests whose body contains `marker`, in order."""
+        with self._lock:
+            self.routes.setdefault(marker, deque()).extend(replies)
+
     def start(self) -> ScriptedLLMServer:
         self._thread.start()
         return self
@@ -65,11 +72,13 @@ class ScriptedLLMServer:
         self._http.server_close()
 
     def _next(self, request: Request) -> Reply:
+        text = json.dumps(request.body)
         with self._lock:
             self.requests.append(request)
-            if not self.script:
+            script = next((q for marker, q in self.routes.items() if marker in text), self.script)
+            if not script:
                 return Reply(status=500, text="the test script has no reply left for this request")
-            return self.script.popleft()
+            return script.popleft()
 
     def _anthropic(self, body: dict, reply: Reply) -> tuple[int, dict]:
         if reply.status != 200:

@@ -4,7 +4,6 @@ from __future__ import annotations
 import sys
 
 import pytest
-
 from gpu_engines import load_transformed
 
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from gpu_engines import config_named, tolerances
 
 from knowledge_base.transforms.cuda_graph_codec import cuda_graph_codec
 from reference_runtime.model import build_engine
 from reference_runtime.weights import init_weights
-
-from gpu_engines import config_named, tolerances
 
 pytestmark = pytest.mark.gpu
 

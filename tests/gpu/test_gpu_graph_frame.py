@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from gpu_engines import config_named, tolerances
 
 from evaluator.compare import Logits, check_logits, invalid_frame
 from knowledge_base.transforms.cuda_graph_codec import cuda_graph_codec
@@ -15,8 +16,6 @@ from reference_runtime.model import build_engine
 from reference_runtime.prompt import build_rows
 from reference_runtime.teacher_forcing import teacher_forced
 from reference_runtime.weights import init_weights
-
-from gpu_engines import config_named, tolerances
 
 pytestmark = pytest.mark.gpu
 FRAMES = 16

@@ -11,6 +11,7 @@ import os
 
 import pytest
 import torch
+from test_cuda_graphs import REFERENCE, load, transformed
 
 from candidates.repo import engine_files
 from knowledge_base.transforms import NotApplicable
@@ -23,8 +24,6 @@ from reference_runtime.model import build_engine
 from reference_runtime.prompt import build_rows
 from reference_runtime.teacher_forcing import teacher_forced
 from reference_runtime.weights import init_weights
-
-from test_cuda_graphs import REFERENCE, load, transformed
 
 triton = pytest.importorskip("triton")
 tl = triton.language
@@ -66,7 +65,7 @@ def test_fp8_bit_decoding_matches_torch_for_every_byte(pkg):
     assert torch.equal(out[finite], want[finite]) and finite.sum() == 254
 
 
-@pytest.mark.parametrize("shape", [(8, 64, 32, 16, 2), (16, 256, 256, 128, 8)], ids=["tiny", "block128"])
+@pytest.mark.parametrize("shape", [(8, 64, 32, 16, 2), (8, 256, 128, 128, 4)], ids=["tiny", "block128"])
 def test_kernels_match_torch_routed_experts(pkg, shape):
     E, H, inter, block, k = shape
     cfg = dataclasses.replace(get_config("drama3").backbone, num_experts=E, hidden_size=H, moe_intermediate_size=inter,

@@ -145,7 +145,7 @@ def test_sampled_generation_is_well_formed_and_seeded(engines):
 
 def test_noise_is_exponential_and_keyed_by_seed_and_position(pkg):
     table = pkg.decode_sampling.NoiseTable(11, 4097, torch.device("cpu"))
-    draw = lambda seed, pos: table.draw(torch.tensor([seed]), torch.tensor([pos]))  # noqa: E731
+    draw = lambda seed, pos: table.draw(torch.tensor([seed]), torch.tensor([pos]))
     noise = draw(0, 7)
     assert torch.isfinite(noise).all() and (noise > 0).all()
     assert abs(noise.mean().item() - 1) < 0.03 and abs(noise.var().item() - 1) < 0.06

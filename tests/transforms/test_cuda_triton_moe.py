@@ -18,5 +18,6 @@ def test_triton_moe_under_the_interpreter():
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(HERE / "interpret_triton_moe.py")],
         env=os.environ | {"TRITON_INTERPRET": "1"}, cwd=HERE.parents[1], capture_output=True, text=True, timeout=600,
+        check=False,
     )
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]

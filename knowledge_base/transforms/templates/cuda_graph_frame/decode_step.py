@@ -2,6 +2,8 @@
 it can be captured as a CUDA graph: `backbone` turns the row at pos into the final-normed hidden, `predict` turns
 that hidden into main logits, the drawn (or forced) main token, 13 tower layers and 9 code draws, writes the
 frame and the logits to the static outputs, and advances pos. Shapes depend only on the attention span bucket.
+With COMPILE_STEPS the mixer halves of the backbone layers, the tower layers and the draws go through inductor
+(their elementwise ops fuse around the GEMVs; compiled during graph warm-up); the MoE stays as it is.
 """
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from reference_runtime.api import SamplingParams
-from reference_runtime.config import Drama3Config
+from reference_runtime.config import BackboneConfig, Drama3Config
 
 from .attention import AttentionGeometry
 from .decode_attention import attention_decode
@@ -20,9 +22,39 @@ from .decode_moe import moe_decode
 from .decode_ops import RopeTable, norm
 from .decode_sampling import FIRST_CODE, NoiseTable, draw_code, draw_main
 from .decode_tower import tower_layer_decode
-from .decode_weights import AttnWeights, DecodeWeights
-from .static_state import StaticState
+from .decode_weights import AttnWeights, DecodeWeights, LayerWeights
+from .graph_params import COMPILE_STEPS
+from .kv_cache import DeltaNetState
+from .static_state import StaticKVCache, StaticState
 from .tower import is_semantic_token
+
+
+def _attention_mixer(x: torch.Tensor, moe_out: torch.Tensor, lw: LayerWeights, geo: AttentionGeometry,
+                     cache: StaticKVCache, pos: torch.Tensor, future: torch.Tensor,
+                     rope: RopeTable) -> tuple[torch.Tensor, torch.Tensor]:
+    """(residual stream before the previous layer's MoE output is added, that output) -> (stream after this
+    layer's attention, its MoE input)."""
+    x = x + moe_out
+    x = x + attention_decode(norm(x, lw.input_gain, geo.eps), lw.mixer, geo, cache, pos, future, rope)
+    return x, norm(x, lw.post_gain, geo.eps)
+
+
+def _deltanet_mixer(x: torch.Tensor, moe_out: torch.Tensor, lw: LayerWeights, cfg: BackboneConfig,
+                    state: DeltaNetState) -> tuple[torch.Tensor, torch.Tensor]:
+    x = x + moe_out
+    x = x + deltanet_decode(norm(x, lw.input_gain, cfg.rms_norm_eps), lw.mixer, cfg, state)
+    return x, norm(x, lw.post_gain, cfg.rms_norm_eps)
+
+
+def _step(fn: Callable) -> Callable:
+    return torch.compile(fn, dynamic=False) if COMPILE_STEPS else fn
+
+
+attention_mixer = _step(_attention_mixer)
+deltanet_mixer = _step(_deltanet_mixer)
+tower_layer = _step(tower_layer_decode)
+sample_main = _step(draw_main)
+sample_code = _step(draw_code)
 
 
 class FrameProgram:
@@ -49,17 +81,17 @@ class FrameProgram:
         self.predict(span, sampling)
 
     def backbone(self, span: int) -> None:
-        cfg, buf, eps = self.config.backbone, self.state.buf, self.config.backbone.rms_norm_eps
+        cfg, buf = self.config.backbone, self.state.buf
         future = buf.rows[:span] > buf.pos
         x = F.embedding(buf.frame[:1], self.w.embed)
+        moe_out = torch.zeros_like(x)
         for lw, cache in zip(self.w.layers, self.state.backbone):
-            h = norm(x, lw.input_gain, eps)
             if isinstance(lw.mixer, AttnWeights):
-                x = x + attention_decode(h, lw.mixer, self.backbone_geo, cache, buf.pos, future, self.backbone_rope)
+                x, h = attention_mixer(x, moe_out, lw, self.backbone_geo, cache, buf.pos, future, self.backbone_rope)
             else:
-                x = x + deltanet_decode(h, lw.mixer, cfg, cache)
-            x = x + moe_decode(norm(x, lw.post_gain, eps), lw.moe, cfg)
-        buf.hidden.copy_(norm(x, self.w.norm_gain, eps))
+                x, h = deltanet_mixer(x, moe_out, lw, cfg, cache)
+            moe_out = moe_decode(h, lw.moe, cfg)
+        buf.hidden.copy_(norm(x + moe_out, self.w.norm_gain, cfg.rms_norm_eps))
 
     def predict(self, span: int, sampling: SamplingParams) -> None:
         cfg, buf = self.config, self.state.buf
@@ -69,7 +101,7 @@ class FrameProgram:
         recent = self.state.recent(sampling.ras_window)
         use, force = buf.use_force[0], buf.force
         forced = torch.where(is_semantic_token(cfg, force[0]), force[0] - cfg.semantic_begin + 1, 0)
-        index = torch.where(use, forced, draw_main(main_logits, sampling, recent, noise))
+        index = torch.where(use, forced, sample_main(main_logits, sampling, recent, noise))
         semantic = index > 0
         codes = [(index - 1).clamp_min(0)]
         label_scale = semantic.to(buf.hidden.dtype)
@@ -78,11 +110,11 @@ class FrameProgram:
             e = F.embedding(codes[max(0, j - num_shared)][None], lw.code_embedding) * label_scale
             if j == 0:
                 e = e + self.frame_embedding(buf.frame[None])
-            x = tower_layer_decode(x, e, lw, self.tower_geo, cache, buf.pos, future, self.tower_rope)
+            x = tower_layer(x, e, lw, self.tower_geo, cache, buf.pos, future, self.tower_rope)
             if j >= num_shared:
                 k = j - num_shared + 1
                 logits.append(F.linear(x, self.w.heads[k - 1]).float()[0])
-                drawn = draw_code(logits[-1], sampling, cfg.codec.residual_codebook_size, noise[FIRST_CODE + k - 1])
+                drawn = sample_code(logits[-1], sampling, cfg.codec.residual_codebook_size, noise[FIRST_CODE + k - 1])
                 codes.append(torch.where(use, force[1 + k], drawn))
         main = torch.where(semantic, cfg.semantic_begin + codes[0], cfg.eos_token_id)
         frame = torch.where(use, force, torch.cat((main[None], torch.stack(codes) * semantic)))

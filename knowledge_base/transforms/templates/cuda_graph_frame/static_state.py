@@ -62,7 +62,7 @@ class StaticState:
         ]
         self.tower = [StaticKVCache(n, t.num_key_value_heads, t.head_dim, dtype, device)
                       for _ in range(config.num_tower_layers)]
-        long = dict(dtype=torch.long, device=device)
+        long = {"dtype": torch.long, "device": device}
         self.buf = FrameBuffers(
             pos=torch.zeros(1, **long), seed=torch.zeros(1, **long), frame=torch.zeros(ROW_WIDTH, **long),
             hidden=torch.zeros((1, config.hidden_size), dtype=dtype, device=device),

@@ -76,6 +76,8 @@ def _down_kernel(h_ptr, ids_ptr, top_ptr, w_ptr, s_ptr, y_ptr, H: tl.constexpr, 
 def triton_routed_experts(x: torch.Tensor, top: torch.Tensor, ids: torch.Tensor, w: MoEWeights,
                           cfg: BackboneConfig) -> torch.Tensor:
     """decode_moe.routed_experts, fused: (1, hidden) -> (1, hidden) fp32."""
+    if not (w.gate_up.is_contiguous() and w.down.is_contiguous()):
+        raise ValueError("triton_routed_experts indexes the expert stacks as contiguous (E, rows, cols) arrays")
     k, h, inter, block = ids.shape[0], cfg.hidden_size, cfg.moe_intermediate_size, cfg.fp8_block
     bn = min(BLOCK_N, block)
     hidden = torch.empty((k, inter), dtype=torch.float32, device=x.device)

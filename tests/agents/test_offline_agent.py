@@ -1,0 +1,97 @@
+"""The offline proposer over the real transform registry and the real reference engine files."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import REQUEST, TINY
+from knowledge_base.transforms import TRANSFORMS
+from reference_runtime.teacher_forcing import teacher_forced
+from swarm.agents import AgentError
+from swarm.agents.offline import OfflineAgent
+from swarm.edits import apply_edits
+from swarm.proposal import Lesson, ProposalContext
+
+CPU_TRANSFORMS = {name for name, t in TRANSFORMS.items() if "cpu" in t.devices}
+
+
+def context_for(files: dict[str, str], **fields) -> ProposalContext:
+    base = dict(target_name="drama3-cpu", model_config_name="drama3-tiny", device="cpu", gpu=None,
+                parent_id="reference", parent_files=files, parent_figures="", acceptance="")
+    return ProposalContext(**(base | fields))
+
+
+def test_same_iteration_and_slot_give_the_same_proposal(reference_run):
+    agent = OfflineAgent("offline-0")
+    first = agent.propose(context_for(reference_run.files, iteration=2, slot=1))
+    assert first == agent.propose(context_for(reference_run.files, iteration=2, slot=1))
+
+
+def test_parallel_slots_propose_different_transforms(reference_run):
+    titles = {OfflineAgent("offline-0").propose(context_for(reference_run.files, slot=s)).title for s in range(3)}
+    assert len(titles) == 3
+
+
+def test_cpu_targets_never_get_cuda_only_transforms(reference_run):
+    for slot in range(8):
+        proposal = OfflineAgent("offline-0").propose(context_for(reference_run.files, iteration=1, slot=slot))
+        assert set(proposal.transforms) <= CPU_TRANSFORMS
+
+
+def test_prerequisites_gate_a_transform(reference_run):
+    seen = {n for s in range(12) for n in OfflineAgent("o").propose(context_for(reference_run.files, slot=s)).transforms}
+    assert "moe_dispatch" not in seen  # needs fp8_dequant_at_build in the lineage first
+
+
+def test_worked_lessons_are_preferred_and_failed_variants_avoided(reference_run):
+    lessons = [Lesson(feature="gated_attention", outcome="worked", summary="rope_tables(table_rows=16384): 1.07x"),
+               Lesson(feature="codebook_mtp", outcome="failed", summary="static_caches(rows=max_context): slower")]
+    for slot in range(6):
+        proposal = OfflineAgent("o").propose(context_for(reference_run.files, slot=slot, lessons=lessons))
+        assert proposal.transforms == ["rope_tables"]
+    failures = ["static_caches(rows=max_context) (slower): not faster", "rope_tables(table_rows=16384) (mismatch)"]
+    titles = {OfflineAgent("o").propose(context_for(reference_run.files, slot=s, failures=failures)).title
+              for s in range(12)}
+    assert not any("static_caches(rows=max_context)" in t or "rope_tables" in t for t in titles)
+
+
+def test_two_transforms_that_worked_are_composed(reference_run):
+    lessons = [Lesson(feature="gated_attention", outcome="worked", summary="rope_tables(table_rows=16384) kept"),
+               Lesson(feature="sampling", outcome="worked", summary="topk_first_sampling() kept")]
+    proposal = OfflineAgent("o").propose(context_for(reference_run.files, lessons=lessons))
+    assert sorted(proposal.transforms) == ["rope_tables", "topk_first_sampling"] and " + " in proposal.title
+    apply_edits(reference_run.files, proposal.edits)
+
+
+def test_a_lineage_of_offline_proposals_stacks_every_cpu_transform(reference_run, load_package):
+    files, lineage = reference_run.files, []
+    agent = OfflineAgent("offline-0")
+    for iteration in range(len(CPU_TRANSFORMS)):
+        proposal = agent.propose(context_for(files, iteration=iteration, applied_transforms=lineage))
+        files = apply_edits(files, proposal.edits)
+        lineage += proposal.transforms
+    assert set(lineage) == CPU_TRANSFORMS and len(lineage) == len(set(lineage))
+    with pytest.raises(AgentError, match="no transform left"):
+        agent.propose(context_for(files, applied_transforms=lineage))
+    engine = load_package(files).build_engine(TINY, reference_run.weights, torch.device("cpu"))
+    logits = teacher_forced(engine, reference_run.rows, reference_run.frames)
+    torch.testing.assert_close(logits.main, reference_run.logits.main, atol=1e-4, rtol=0)
+    torch.testing.assert_close(logits.codes, reference_run.logits.codes, atol=1e-4, rtol=0)
+    assert torch.equal(engine.generate(REQUEST).frames, reference_run.frames)
+
+
+def test_cuda_targets_get_graph_transforms_once_their_prerequisites_are_in(reference_run):
+    lineage = ["fp8_dequant_at_build", "moe_dispatch"]
+    files = reference_run.files
+    for name in lineage:
+        from test_transforms import transformed
+
+        files = transformed(files, (name, next(TRANSFORMS[name].variants())))
+    seen = {n for s in range(24) for n in OfflineAgent("o").propose(
+        context_for(files, device="cuda", gpu="h200", slot=s, applied_transforms=lineage)).transforms}
+    assert "cuda_graph_backbone" in seen and not seen & set(lineage)
+
+
+def test_slots_past_the_best_tier_try_other_parameter_variants(reference_run):
+    labels = {OfflineAgent("o").propose(context_for(reference_run.files, slot=s)).title for s in range(10)}
+    assert {"static_caches(rows=max_context)", "static_caches(rows=1024)"} <= labels

@@ -1,0 +1,37 @@
+"""The LLM prompts rendered from swarm/prompts/*.md carry everything the agent needs."""
+from __future__ import annotations
+
+from swarm.agents.prompt import PROMPTS_DIR, proposal_prompt, repair_prompt, system_prompt
+from swarm.proposal import Lesson
+
+
+def test_system_prompt_states_the_contract_features_and_edit_format():
+    text = system_prompt()
+    for needle in ("reference_runtime/api.py", "teacher forcing", "fp8_moe", "gated_deltanet", "gated_attention",
+                   "codebook_mtp", "dac_codec", "<<<<<<< SEARCH", ">>>>>>> REPLACE", "Never special-case the benchmark"):
+        assert needle in text
+
+
+def test_proposal_prompt_carries_the_context(context):
+    context = context.model_copy(update={
+        "failures": ["rope_tables() (mismatch): logits differ at frame 3"],
+        "lessons": [Lesson(feature="fp8_moe", outcome="worked", summary="dequantise at build", evidence="1.06x"),
+                    Lesson(feature="codec", outcome="failed", summary="fp16 codec drifts")],
+        "applied_transforms": ["fp8_dequant_at_build"], "gpu": "h200", "device": "cuda", "iteration": 4, "slot": 1})
+    text = proposal_prompt(context)
+    for needle in ("drama3-cpu", "drama3-tiny", "cuda (h200)", "frames/s p50 40.0", "speedup >= 1.5",
+                   "logits differ at frame 3", "### fp8_moe\n- [worked] dequantise at build (evidence: 1.06x)",
+                   "### codec\n- [failed] fp16 codec drifts", "- fp8_dequant_at_build", "### moe.py\n````python\n",
+                   "for e in experts:", "iteration 4, proposal slot 1", "- `cuda_graph_backbone` (decode_graph; "):
+        assert needle in text
+    assert "- `fp8_dequant_at_build`" not in text  # already in the lineage
+    assert "$" not in text.replace("$edit_format", "")
+
+
+def test_repair_prompt_quotes_the_error_and_restates_the_format():
+    text = repair_prompt("edit block 2 (moe.py): SEARCH does not match")
+    assert "edit block 2 (moe.py)" in text and "<<<<<<< SEARCH" in text
+
+
+def test_every_template_is_used():
+    assert {p.stem for p in PROMPTS_DIR.glob("*.md")} == {"system", "proposal", "repair", "edit_format"}
