@@ -1,9 +1,9 @@
-"""Interleaved A/B streaming benchmark on the judge's clock, then an audit of one timed candidate trial.
+"""Interleaved A/B streaming benchmark on the judge's clock, then audits of random timed candidate trials.
 
 Fixed work (ignore_eos, benchmark.frames; E24); fresh inputs every trial, warmup or timed, shared by the pair (E9,
 E11); ABAB/BABA order with the idle engine frozen; times = request sent -> chunk arrived; TTFA = first audible
-chunk (E23); each trial must tile the schedule, match the oracle's loudness (E24) and not repeat earlier audio (E9).
-Audit: the oracle teacher-forces a random timed trial's frames (each token in its support, audio = their decode).
+chunk (E23); each trial must tile the schedule, match the oracle's loudness (E24) and not repeat earlier audio or
+frames (E9). Audit: the oracle teacher-forces a timed trial's frames (each token in its support, audio = their decode).
 """
 from __future__ import annotations
 
@@ -30,6 +30,9 @@ from .verdict import BenchResult, EvaluatorError, Evidence, Rejected, Status
 RMS_RATIO = 4.0  # a trial's RMS must be within this factor of the oracle's
 SILENCE_SLACK = 0.25  # and its silent-frame share at most this much above the oracle's
 CLOCK_SLACK = (0.25, 0.05)  # worker vs judge time may differ by 25% + 50 ms before it is recorded
+# Timed candidate trials the oracle audits. Moving the median takes faking over half of them (over three
+# quarters to also keep the spread tidy), so k random audits all miss such a cheat with odds under 2^-k.
+AUDITED_TRIALS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +64,7 @@ class Benchmark:
         self.spec = target.benchmark
         self.schedule = StreamSchedule(first_chunk_frames=self.spec.first_chunk_frames)
         self.evidence: list[Evidence] = []
-        self._seen_audio: set[tuple[str, str]] = set()
+        self._seen: dict[str, set[tuple[str, str]]] = {"audio": set(), "frames": set()}
 
     def run(self, deadline: Deadline) -> list[Trial]:
         trials = []
@@ -81,13 +84,17 @@ class Benchmark:
         evidence = check_stream(self.config, prompt, run, self.schedule, request.max_frames)
         audio = run.audio
         evidence = evidence or self._loudness(prompt, audio)
-        digest = (name, hashlib.sha256(audio.numpy().tobytes()).hexdigest())
-        if not evidence and digest in self._seen_audio:
-            evidence = [Evidence(check="benchmark", prompt=prompt, message=(
-                "a trial repeated an earlier trial's audio exactly despite fresh inputs (replayed output?)"))]
         if evidence:
             self._reject(name, evidence)
-        self._seen_audio.add(digest)
+        # frames too: a replay can dither its audio below the waveform tolerance, not its tokens
+        digests = {what: (name, hashlib.sha256(t.numpy().tobytes()).hexdigest()) for what, t in
+                   (("audio", audio), ("frames", run.frames))}
+        repeated = [what for what, d in digests.items() if d in self._seen[what]]
+        if repeated:
+            self._reject(name, [Evidence(check="benchmark", prompt=prompt, message=(
+                f"a trial repeated an earlier trial's {repeated[0]} exactly despite fresh inputs (replayed output?)"))])
+        for what, d in digests.items():
+            self._seen[what].add(d)
         judge_s = run.total_s
         for clock, claimed in (("worker clock", run.worker_s), ("CUDA events", run.device_s)):
             if claimed is not None and not abs(claimed - judge_s) <= CLOCK_SLACK[0] * judge_s + CLOCK_SLACK[1]:

@@ -1,14 +1,16 @@
 """Worker-side confinement, applied by harness code before any candidate code is imported (as root).
 
-New network namespace (loopback only); new mount namespace with /tmp, /var/tmp = the private tmp, a fresh small
-/dev/shm and the package bind-mounted read-only; then a fresh uid per worker (no signalling/ptrace between
-workers, every process findable by uid), RLIMIT_NPROC, no_new_privs. A refused step becomes a note in the verdict;
-only a capability drop failing after the uid change raises (root's permitted capabilities must not survive).
+New network and IPC namespaces (loopback only, no SysV/POSIX IPC shared with anyone); new mount namespace with
+every host mount read-only, /tmp, /var/tmp = the private tmp, a fresh small /dev/shm and the package bind-mounted
+read-only; then a fresh uid per worker (no signalling/ptrace between workers, every process findable by uid),
+RLIMIT_NPROC, no_new_privs. A refused step becomes a note in the verdict; only a capability drop failing after
+the uid change raises (root's permitted capabilities must not survive).
 """
 from __future__ import annotations
 
 import ctypes
 import os
+import re
 import resource
 import stat
 import sys
@@ -16,8 +18,15 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-CLONE_NEWNS, CLONE_NEWNET = 0x00020000, 0x40000000
+from . import procs
+
+CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWNET = 0x00020000, 0x08000000, 0x40000000
 MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 32, 4096, 16384, 1 << 18
+# statvfs flag -> mount flag, kept when a mount is made read-only
+KEPT_FLAGS = {os.ST_NOSUID: 2, os.ST_NODEV: 4, os.ST_NOEXEC: 8, os.ST_NOATIME: 1024, os.ST_NODIRATIME: 2048,
+              os.ST_RELATIME: 1 << 21}
+# left writable: per-process and kernel files, which no unprivileged uid can use to keep data
+KERNEL_MOUNTS = ("/proc", "/sys")
 PR_SET_KEEPCAPS, PR_SET_NO_NEW_PRIVS = 8, 38
 CAP_DAC_READ_SEARCH = 2
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
@@ -51,9 +60,11 @@ def confine(c: Confinement) -> Confined:
     if os.geteuid() != 0:
         out.notes.append("not root: no network/mount namespace and no uid drop; the worker keeps the host "
                          "network and the judge's uid (run the evaluator as root to confine workers)")
+        _cap_processes(out)
         _home(out.tmp)
         return out
     _unshare(CLONE_NEWNET, "network namespace", out)
+    _unshare(CLONE_NEWIPC, "IPC namespace", out)
     if _unshare(CLONE_NEWNS, "mount namespace", out):
         _private_mounts(c, out)
     _drop_privileges(c.uid, out)
@@ -68,14 +79,26 @@ def _home(tmp: str) -> None:
     tempfile.tempdir = None
 
 
+def _cap_processes(out: Confined) -> None:
+    """Without a uid of its own, cap the judge's uid at the threads it runs now + NPROC_LIMIT: a fork bomb would
+    otherwise take every pid on the machine."""
+    value = procs.threads_of(os.getuid()) + NPROC_LIMIT
+    hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+    _limit(resource.RLIMIT_NPROC, value if hard == resource.RLIM_INFINITY else min(value, hard), out)
+
+
 def _private_mounts(c: Confinement, out: Confined) -> None:
     if not _mount(None, "/", None, MS_REC | MS_PRIVATE, None, out):
         return
     tmp = Path(c.private_tmp)
+    _read_only_host(out)
+    # the private tmp alone stays writable: a bind inherits read-only, so remount it writable
+    if _mount(str(tmp), str(tmp), None, MS_BIND, None, out) and _remount(str(tmp), 0, out):
+        os.chdir(tmp)  # onto the new mount
     if c.package_root is not None:
         target = tmp / "pkgs"
         if _mount(c.package_root, str(target), None, MS_BIND | MS_REC, None, out) and \
-                _mount(None, str(target), None, MS_BIND | MS_REMOUNT | MS_RDONLY, None, out):
+                _remount(str(target), MS_RDONLY, out):
             out.package_root = str(target)
     hidden = [p for p in _import_roots() if _under(p, ("/tmp", "/var/tmp"))]
     if hidden:
@@ -87,6 +110,23 @@ def _private_mounts(c: Confinement, out: Confined) -> None:
         if Path("/var/tmp").is_dir():
             _mount("/tmp", "/var/tmp", None, MS_BIND | MS_REC, None, out)
     _mount("tmpfs", "/dev/shm", "tmpfs", 0, f"size={SHM_SIZE},mode=1777", out)
+
+
+def _read_only_host(out: Confined) -> None:
+    """Remount every host mount read-only in this namespace: world-writable places such as /run/lock would
+    otherwise take writes outside the private tmp, e.g. a cache that outlives the evaluation (E25)."""
+    with open("/proc/self/mountinfo") as f:
+        points = [re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), line.split()[4]) for line in f]
+    for point in points:
+        if not _under(point, KERNEL_MOUNTS) and os.path.exists(point):
+            _remount(point, MS_RDONLY, out)
+
+
+def _remount(point: str, read_only: int, out: Confined) -> bool:
+    """Bind-remount `point` read-only (MS_RDONLY) or writable (0), keeping its nosuid/nodev/noexec/atime flags."""
+    current = os.statvfs(point).f_flag
+    kept = sum(flag for st, flag in KEPT_FLAGS.items() if current & st)
+    return _mount(None, point, None, MS_BIND | MS_REMOUNT | read_only | kept, None, out)
 
 
 def _drop_privileges(uid: int | None, out: Confined) -> None:

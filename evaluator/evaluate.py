@@ -20,7 +20,7 @@ from reference_runtime.config import get_config
 from targets.schema import Target
 
 from . import static_scan
-from .benchmark import Benchmark, Trial, audit, bench_result, paired_ratios, spread
+from .benchmark import AUDITED_TRIALS, Benchmark, Trial, audit, bench_result, paired_ratios, spread
 from .correctness import AudioLevel, Cascade
 from .inputs import held_out_requests
 from .sandbox import REFERENCE_DIR, Deadline, Pool, Ready, Worker, WorkerFailure
@@ -127,7 +127,8 @@ class _Evaluation:
             trials = bench.run(deadline)
             self.evidence += bench.evidence
             timed = [x for x in trials if x.timed and x.engine == "candidate"]
-            audit(self.pool, oracle, self.rng.choice(timed), t, deadline)
+            for trial in self.rng.sample(timed, min(AUDITED_TRIALS, len(timed))):
+                audit(self.pool, oracle, trial, t, deadline)
         return self._decide(trials)
 
     def _start(self, role: str, package_dir: Path) -> Worker:

@@ -46,6 +46,22 @@ def members(leader: int, uid: int | None) -> list[Proc]:
     return found
 
 
+def threads_of(uid: int) -> int:
+    """Threads whose real uid is `uid`: what RLIMIT_NPROC counts."""
+    total = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/status") as f:
+                fields = dict(line.split(":", 1) for line in f if line.startswith(("Uid:", "Threads:")))
+        except OSError:
+            continue  # exited while we looked
+        if int(fields["Uid"].split()[0]) == uid:
+            total += int(fields["Threads"])
+    return total
+
+
 def uid_in_use(uid: int) -> bool:
     return any(p.uid == uid for p in (_read(e.name) for e in os.scandir("/proc") if e.name.isdigit()) if p)
 

@@ -183,7 +183,7 @@ def graph_stages(report: Report, pkg, engine, config) -> None:
         step.sample_main(st.buf.main_logits, sampling, st.recent(sampling.ras_window), noise)
         for k in range(config.num_codebooks - 1):
             step.sample_code(st.buf.code_logits[k], sampling, config.codec.residual_codebook_size,
-                           noise[step.FIRST_CODE + k])
+                             noise[step.FIRST_CODE + k])
 
     stages = {"frame": lambda: prog.run("frame", span, sampling), "backbone": lambda: prog.backbone(span),
               "backbone_moe": lambda: [step.moe_decode(x, lw.moe, config.backbone) for lw in prog.w.layers],

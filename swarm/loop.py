@@ -142,7 +142,7 @@ class Swarm:
                 self._evaluate(RunView.load(self.kb, run_id), iteration, calibration)
                 self._flush_elapsed(run_id)
                 if out_of_dollars:
-                    reason = f"dollar budget spent (the next call could cross the ${self.target.budget.dollars:g} cap)"
+                    reason = "dollar budget spent (the ledger refused a call that could cross the cap)"
                     break
             self._flush_elapsed(run_id)
             self.kb.finish_run(run_id, reason)

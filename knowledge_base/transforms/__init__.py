@@ -7,13 +7,14 @@ from .caches import static_caches
 from .cuda import compile_tower, cuda_graph_backbone
 from .cuda_graph_codec import cuda_graph_codec
 from .cuda_graph_frame import cuda_graph_frame
+from .deltanet import deltanet_conv_unfold
 from .moe import fp8_dequant_at_build, moe_dispatch
 from .sampling import topk_first_sampling
 from .triton_fp8_moe import triton_fp8_moe
 
 ALL: tuple[Transform, ...] = (fp8_dequant_at_build, moe_dispatch, rope_tables, gqa_sdpa, static_caches,
-                              topk_first_sampling, cuda_graph_backbone, compile_tower, cuda_graph_frame,
-                              cuda_graph_codec, triton_fp8_moe)
+                              deltanet_conv_unfold, topk_first_sampling, cuda_graph_backbone, compile_tower,
+                              cuda_graph_frame, cuda_graph_codec, triton_fp8_moe)
 TRANSFORMS: dict[str, Transform] = {t.name: t for t in ALL}
 
 __all__ = ["ALL", "TRANSFORMS", "NotApplicable", "Params", "Patch", "Transform"]

@@ -3,7 +3,15 @@ torch.compile the tower layers' dense parts for the one-row decode step.
 """
 from __future__ import annotations
 
-from .base import Files, NotApplicable, Params, Patch, Transform, replace_once, template_files
+from .base import (
+    Files,
+    NotApplicable,
+    Params,
+    Patch,
+    Transform,
+    replace_once,
+    template_files,
+)
 
 _DECODE_BACKBONE = """\
         row = req.last_frame[None]

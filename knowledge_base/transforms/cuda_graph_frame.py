@@ -4,7 +4,15 @@ its own graph. The engine files it adds live in templates/cuda_graph_frame/ (and
 """
 from __future__ import annotations
 
-from .base import Files, NotApplicable, Params, Patch, Transform, replace_once, template_files
+from .base import (
+    Files,
+    NotApplicable,
+    Params,
+    Patch,
+    Transform,
+    replace_once,
+    template_files,
+)
 
 INIT = "__init__.py"
 _IMPORT = "from .engine import ReferenceEngine\n"

@@ -26,8 +26,8 @@ def filter_logits(logits: torch.Tensor, top_k: int, top_p: float, keep_crossing:
         if keep_crossing:
             drop_sorted = mass - sorted_probs >= top_p
         else:
-            drop_sorted = mass > top_p
-            drop_sorted[..., 0] = False
+            # the most likely token always stays; functional (no setitem) so the op is CUDA-graph capturable
+            drop_sorted = (mass > top_p) & (torch.arange(mass.shape[-1], device=mass.device) > 0)
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
     return logits

@@ -11,7 +11,14 @@ from targets.schema import AgentSpec
 
 from .base import AgentError
 from .ledger import CostLedger
-from .llm import Completion, LLMAgent, Message, RetryPolicy
+from .llm import (
+    DEFAULT_RETRY,
+    LOCAL_DUMMY_KEY,
+    Completion,
+    LLMAgent,
+    Message,
+    RetryPolicy,
+)
 
 log = logging.getLogger(__name__)
 REQUEST_TIMEOUT_S = 600.0
@@ -23,9 +30,9 @@ class AnthropicAgent(LLMAgent):
     provider = "anthropic"
     key_env = "ANTHROPIC_API_KEY"
 
-    def __init__(self, name: str, spec: AgentSpec, ledger: CostLedger, retry: RetryPolicy = RetryPolicy()):
+    def __init__(self, name: str, spec: AgentSpec, ledger: CostLedger, retry: RetryPolicy = DEFAULT_RETRY):
         super().__init__(name, spec, ledger, retry)
-        api_key = os.environ.get(self.key_env)
+        api_key = os.environ.get(self.key_env) or (LOCAL_DUMMY_KEY if spec.base_url else None)
         if not api_key:
             raise AgentError(f"agent {name} (anthropic, {spec.model}) needs an API key: set {self.key_env}, "
                              "or use provider: offline in the target")

@@ -23,6 +23,7 @@ from .pricing import cost_usd, price_of
 from .prompt import proposal_prompt, repair_prompt, system_prompt
 
 log = logging.getLogger(__name__)
+LOCAL_DUMMY_KEY = "local"  # a self-hosted server behind base_url ignores the key, but the SDKs require one
 RETRY_STATUS = frozenset({408, 409, 429})  # plus every 5xx (incl. Anthropic's 529 "overloaded")
 _TITLE = re.compile(r"^\s*TITLE:\s*(.+)$", re.MULTILINE)
 
@@ -48,13 +49,16 @@ class RetryPolicy:
     max_delay_s: float = 60.0
 
 
+DEFAULT_RETRY = RetryPolicy()
+
+
 class LLMAgent:
     """Base of the SDK-backed agents; subclasses implement `_send` and `_retry_after`."""
 
     provider: str
     key_env: str  # the environment variable holding the API key
 
-    def __init__(self, name: str, spec: AgentSpec, ledger: CostLedger, retry: RetryPolicy = RetryPolicy()):
+    def __init__(self, name: str, spec: AgentSpec, ledger: CostLedger, retry: RetryPolicy = DEFAULT_RETRY):
         self.name = name
         self.spec = spec
         self.ledger = ledger

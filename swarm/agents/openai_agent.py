@@ -10,17 +10,23 @@ from targets.schema import AgentSpec
 
 from .base import AgentError
 from .ledger import CostLedger
-from .llm import Completion, LLMAgent, Message, RetryPolicy
+from .llm import (
+    DEFAULT_RETRY,
+    LOCAL_DUMMY_KEY,
+    Completion,
+    LLMAgent,
+    Message,
+    RetryPolicy,
+)
 
 REQUEST_TIMEOUT_S = 600.0
-LOCAL_DUMMY_KEY = "local"  # self-hosted servers ignore the key, but the SDK requires one
 
 
 class OpenAIAgent(LLMAgent):
     provider = "openai"
     key_env = "OPENAI_API_KEY"
 
-    def __init__(self, name: str, spec: AgentSpec, ledger: CostLedger, retry: RetryPolicy = RetryPolicy()):
+    def __init__(self, name: str, spec: AgentSpec, ledger: CostLedger, retry: RetryPolicy = DEFAULT_RETRY):
         super().__init__(name, spec, ledger, retry)
         api_key = os.environ.get(self.key_env) or (LOCAL_DUMMY_KEY if spec.base_url else None)
         if not api_key:

@@ -109,7 +109,7 @@ def _handler_for(server: ScriptedLLMServer) -> type[BaseHTTPRequestHandler]:
     routes = {"/v1/messages": server._anthropic, "/v1/chat/completions": server._openai}
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+        def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
             route = routes.get(self.path)
             if route is None:

@@ -11,9 +11,8 @@ from swarm.agents.pricing import FREE, PRICES, cost_usd, price_of
 def test_calls_in_flight_count_against_the_cap():
     ledger = CostLedger(cap_usd=1.0)
     with ledger.hold("a", 0.6):
-        with pytest.raises(BudgetExceeded, match="in flight"):
-            with ledger.hold("b", 0.6):
-                pass
+        with pytest.raises(BudgetExceeded, match="in flight"), ledger.hold("b", 0.6):
+            pass
         with ledger.hold("b", 0.4) as hold:
             hold.charge(CallRecord("b", "m", 10, 20, 0.3))
     assert ledger.spent_usd == pytest.approx(0.3) and (ledger.input_tokens, ledger.output_tokens) == (10, 20)
@@ -24,9 +23,8 @@ def test_calls_in_flight_count_against_the_cap():
 def test_no_cap_never_refuses_and_resumed_spend_counts():
     with CostLedger().hold("a", 1e9):
         pass
-    with pytest.raises(BudgetExceeded):
-        with CostLedger(cap_usd=5.0, spent_usd=4.9).hold("a", 0.2):
-            pass
+    with pytest.raises(BudgetExceeded), CostLedger(cap_usd=5.0, spent_usd=4.9).hold("a", 0.2):
+        pass
 
 
 def test_dated_model_ids_price_like_their_family():

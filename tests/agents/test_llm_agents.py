@@ -4,8 +4,8 @@ from __future__ import annotations
 import logging
 
 import pytest
-
 from llm_server import Reply
+
 from swarm.agents import AgentError, BudgetExceeded, CostLedger
 from swarm.agents.anthropic_agent import AnthropicAgent
 from swarm.agents.llm import RetryPolicy
@@ -196,7 +196,9 @@ def test_unknown_model_costs_nothing_with_a_warning_and_local_models_silently(ll
     assert local.propose(context).cost_usd == 0.0 and "qwen3-coder" not in caplog.text
 
 
-def test_local_openai_server_needs_no_key(llm_server, context, monkeypatch):
+@PROVIDERS
+def test_a_server_behind_base_url_needs_no_key(provider, llm_server, context, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY")
+    monkeypatch.delenv("ANTHROPIC_API_KEY")
     llm_server.push(Reply(GOOD))
-    assert make("openai", llm_server, model="llama-3-8b").propose(context).edits
+    assert make(provider, llm_server, model="llama-3-8b").propose(context).edits

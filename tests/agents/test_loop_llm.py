@@ -4,15 +4,13 @@ the right verdict and lesson (one iteration, tiny trial counts)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
+from engine_copies import REFERENCE_FILES
+from llm_server import Reply
 
-import reference_runtime.model as reference_model
-from candidates.repo import engine_files
 from knowledge_base import KnowledgeStore
 from knowledge_base.transforms import TRANSFORMS
-from llm_server import Reply
 from swarm.factory import build_swarm
 from swarm.paths import kb_path
 from targets import load_target
@@ -26,7 +24,6 @@ def answer(title: str, *blocks: tuple[str, str, str]) -> str:
     return f"TITLE: {title}\nWhy: see the edits.\n\n{body}"
 
 
-REFERENCE_FILES = engine_files(Path(reference_model.__file__).parent)
 GOOD = answer("dequantise experts once", *((p.path, p.search, p.replace)
                                            for p in TRANSFORMS["fp8_dequant_at_build"].apply(REFERENCE_FILES, {})))
 WRONG = answer("scale the main logits", ("backbone.py", "        return F.linear(hidden, self.lm_head).float()\n",
@@ -51,7 +48,6 @@ def llm_target(llm_server, monkeypatch):
     })
 
 
-@pytest.mark.slow
 def test_scripted_llm_answers_land_with_their_verdicts_and_lessons(llm_server, llm_target):
     # Slots 0-1 belong to the Anthropic agent, 2-3 to the OpenAI agent.
     llm_server.route("proposal slot 0", Reply(GOOD, input_tokens=20_000, output_tokens=800))

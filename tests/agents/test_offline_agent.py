@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from engine_copies import REQUEST, TINY, transformed
 
-from conftest import REQUEST, TINY
 from knowledge_base.transforms import TRANSFORMS
 from reference_runtime.teacher_forcing import teacher_forced
 from swarm.agents import AgentError
@@ -16,8 +16,8 @@ CPU_TRANSFORMS = {name for name, t in TRANSFORMS.items() if "cpu" in t.devices}
 
 
 def context_for(files: dict[str, str], **fields) -> ProposalContext:
-    base = dict(target_name="drama3-cpu", model_config_name="drama3-tiny", device="cpu", gpu=None,
-                parent_id="reference", parent_files=files, parent_figures="", acceptance="")
+    base = {"target_name": "drama3-cpu", "model_config_name": "drama3-tiny", "device": "cpu", "gpu": None,
+            "parent_id": "reference", "parent_files": files, "parent_figures": "", "acceptance": ""}
     return ProposalContext(**(base | fields))
 
 
@@ -84,8 +84,6 @@ def test_cuda_targets_get_graph_transforms_once_their_prerequisites_are_in(refer
     lineage = ["fp8_dequant_at_build", "moe_dispatch"]
     files = reference_run.files
     for name in lineage:
-        from test_transforms import transformed
-
         files = transformed(files, (name, next(TRANSFORMS[name].variants())))
     seen = {n for s in range(24) for n in OfflineAgent("o").propose(
         context_for(files, device="cuda", gpu="h200", slot=s, applied_transforms=lineage)).transforms}

@@ -1,7 +1,12 @@
 """The LLM prompts rendered from swarm/prompts/*.md carry everything the agent needs."""
 from __future__ import annotations
 
-from swarm.agents.prompt import PROMPTS_DIR, proposal_prompt, repair_prompt, system_prompt
+from swarm.agents.prompt import (
+    PROMPTS_DIR,
+    proposal_prompt,
+    repair_prompt,
+    system_prompt,
+)
 from swarm.proposal import Lesson
 
 

@@ -8,34 +8,16 @@ import time
 
 import pytest
 import torch
+from engine_copies import CPU, REQUEST, TINY, transformed, with_prerequisites
 
-from conftest import REQUEST, TINY
-from knowledge_base.transforms import TRANSFORMS, NotApplicable, attention, caches, cuda, moe, sampling
+from knowledge_base.transforms import TRANSFORMS, NotApplicable
 from reference_runtime.teacher_forcing import teacher_forced
-from swarm.edits import apply_edits
-from swarm.proposal import FileEdit
-
-CPU = torch.device("cpu")
-
-
-def transformed(files: dict[str, str], *steps: tuple[str, dict]) -> dict[str, str]:
-    for name, params in steps:
-        patches = TRANSFORMS[name].apply(files, params)
-        files = apply_edits(files, [FileEdit(path=p.path, search=p.search, replace=p.replace) for p in patches])
-    return files
-
-
-def with_prerequisites(name: str, params: dict) -> list[tuple[str, dict]]:
-    steps = []
-    for required in TRANSFORMS[name].requires:
-        steps += with_prerequisites(required, next(TRANSFORMS[required].variants()))
-    return steps + [(name, params)]
-
 
 # The whole-frame CUDA graph and Triton transforms have their own tests (tests/transforms/, tests/gpu/).
-OURS = [moe.fp8_dequant_at_build, moe.moe_dispatch, attention.rope_tables, attention.gqa_sdpa,
-        caches.static_caches, sampling.topk_first_sampling, cuda.cuda_graph_backbone, cuda.compile_tower]
-VARIANTS = [pytest.param(t.name, params, id=t.label(params)) for t in OURS for params in t.variants()]
+OURS = ["fp8_dequant_at_build", "moe_dispatch", "rope_tables", "gqa_sdpa", "static_caches", "deltanet_conv_unfold",
+        "topk_first_sampling", "cuda_graph_backbone", "compile_tower"]
+VARIANTS = [pytest.param(name, params, id=TRANSFORMS[name].label(params))
+            for name in OURS for params in TRANSFORMS[name].variants()]
 
 
 @pytest.mark.parametrize("name, params", VARIANTS)
@@ -149,3 +131,15 @@ def test_topk_first_sampling_is_faster_on_a_full_size_head(engines):
     before, after = best_seconds(lambda: ref.sample(logits, 1.0, 0.9, 30, False, gen),
                                  lambda: fast.sample(logits, 1.0, 0.9, 30, False, gen))
     assert after < before, f"sample {after * 1e6:.1f} us vs {before * 1e6:.1f} us"
+
+
+@torch.inference_mode()
+def test_deltanet_conv_unfold_is_faster(engines):
+    x = torch.randn(1, TINY.hidden_size)
+    calls = []
+    for engine in (engines(), engines(("deltanet_conv_unfold", {}))):
+        mixer = engine.model.backbone.layers[0].mixer
+        state = mixer.new_state(x.dtype, CPU)
+        calls.append(lambda mixer=mixer, state=state: mixer(x, None, state))
+    before, after = best_seconds(*calls)
+    assert after < before, f"deltanet decode step {after * 1e6:.1f} us vs {before * 1e6:.1f} us"

@@ -63,3 +63,18 @@ def test_sampled_stream_is_well_formed_and_equals_generate(case):
     chunks = list(eng.stream(request, StreamSchedule(first_chunk_frames=1)))
     assert chunks[0].frame_end == 1 and chunks[-1].frame_end == 40
     torch.testing.assert_close(torch.cat([c.audio for c in chunks]), gen.audio, atol=tol.stream_max_abs, rtol=0)
+
+
+def test_compiled_steps_pass_the_gate(load_package):
+    """compile_steps=True at drama3-mid: inductor-fused mixers, tower layers and draws inside the captured graph."""
+    config, device = config_named("drama3-mid"), torch.device("cuda")
+    weights = init_weights(config, seed=0, device=device)
+    ref = build_engine(config, weights, device)
+    eng = load_package([(cuda_graph_frame, {"compile_steps": True})]).build_engine(config, weights, device)
+    request = bench_requests(config, FRAMES)["voice"]
+    frames = ref.generate(request).frames
+    rows = build_rows(config, request, ref.tokenizer)
+    want, got = teacher_forced(ref, rows, frames), teacher_forced(eng, rows, frames)
+    stats, evidence = check_logits(config, "voice", Logits(*want), Logits(*got), frames, request.sampling,
+                                   tolerances(config))
+    assert not evidence, f"{stats} {evidence}"

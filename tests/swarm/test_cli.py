@@ -62,3 +62,8 @@ def test_kb_list_show_and_export(tmp_path):
 def test_review_of_an_unknown_run_exits_2():
     result = runner.invoke(app, ["review", "no-such-run"])
     assert result.exit_code == 2 and "no run 'no-such-run'" in result.output
+
+
+def test_nightly_rejects_a_non_positive_budget(tmp_path):
+    result = runner.invoke(app, ["nightly", str(tmp_path / "t.yaml"), "--budget-gpu-hours", "0"])
+    assert result.exit_code == 2 and "must be > 0" in result.output

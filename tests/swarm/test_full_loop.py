@@ -36,8 +36,12 @@ def _swarm(*args: str) -> subprocess.Popen:
 @pytest.mark.slow
 def test_swarm_run_keeps_a_faster_engine_and_survives_kill_9(tmp_path):
     data = load_target(ROOT / "targets" / "drama3_cpu.yaml").model_dump(mode="json")
-    data["budget"] = {"iterations": 2, "wall_minutes": 10}
-    data["acceptance"] = {}
+    # The demo target, cut to what two CPU cores evaluate in about a minute per candidate.
+    data["benchmark"] |= {"prompts": data["benchmark"]["prompts"][:1], "frames": 12, "warm_trials": 4,
+                          "warmup_trials": 1}
+    data["tolerances"] |= {"prompts": 1, "frames": 6}
+    data |= {"agents": [{"provider": "offline", "count": 1}], "candidates_per_iteration": 2, "acceptance": {},
+             "budget": {"iterations": 2, "wall_minutes": 20}}
     target_file = tmp_path / "cpu.yaml"
     target_file.write_text(yaml.safe_dump(data))
     run_id = f"{data['name']}-001"

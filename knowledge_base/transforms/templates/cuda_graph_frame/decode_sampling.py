@@ -58,7 +58,7 @@ def draw_main(logits: torch.Tensor, params: SamplingParams, recent: torch.Tensor
 
 def draw_code(logits: torch.Tensor, params: SamplingParams, valid_size: int, noise: torch.Tensor) -> torch.Tensor:
     """sampling.draw_code: code logits (head_size,) -> 0-d code in [0, valid_size)."""
-    logits = logits.clone()
-    logits[valid_size:] = float("-inf")
+    # masked_fill, not setitem: a Python-scalar setitem copies from a CPU tensor, which graph capture forbids
+    logits = logits.masked_fill(torch.arange(logits.shape[-1], device=logits.device) >= valid_size, float("-inf"))
     top_k = min(params.code_top_k, valid_size) if params.code_top_k > 0 else valid_size
     return race(logits, params.code_temperature, params.code_top_p, top_k, False, noise[:logits.shape[-1]])

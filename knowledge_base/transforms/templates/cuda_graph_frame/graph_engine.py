@@ -13,8 +13,16 @@ from collections.abc import Iterator
 
 import torch
 
-from reference_runtime.api import (ROW_WIDTH, AudioChunk, FrameStep, Generation, SamplingParams, StreamSchedule,
-                                   TTSRequest, Weights)
+from reference_runtime.api import (
+    ROW_WIDTH,
+    AudioChunk,
+    FrameStep,
+    Generation,
+    SamplingParams,
+    StreamSchedule,
+    TTSRequest,
+    Weights,
+)
 from reference_runtime.config import Drama3Config
 from reference_runtime.prompt import build_rows
 
