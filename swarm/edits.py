@@ -29,7 +29,7 @@ def parse_edits(answer: str) -> list[FileEdit]:
     edits: list[FileEdit] = []
     i = 0
     while i < len(lines):
-        if lines[i].rstrip("\r\n").strip() != SEARCH_MARK:
+        if lines[i].strip() != SEARCH_MARK:
             i += 1
             continue
         block = len(edits) + 1
@@ -59,7 +59,7 @@ def _path_before(lines: list[str], start: int, block: int) -> str:
 
 def _collect(lines: list[str], start: int, marker: str, block: int, what: str) -> tuple[str, int]:
     for j in range(start, len(lines)):
-        text = lines[j].rstrip("\r\n").strip()
+        text = lines[j].strip()
         if text == marker:
             return "".join(lines[start:j]), j
         if text == SEARCH_MARK:

@@ -59,7 +59,6 @@ def test_swarm_run_keeps_a_faster_engine_and_survives_kill_9(tmp_path):
     resumed = _swarm("run", str(target_file), "--resume", run_id)
     output, _ = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, output
-    assert f"swarm review {run_id}" in output
 
     events = _events(run_id)
     finished = Counter(e["candidate_id"] for e in events if e["kind"] == "evaluation_finished")
@@ -69,6 +68,7 @@ def test_swarm_run_keeps_a_faster_engine_and_survives_kill_9(tmp_path):
     assert kb.run(run_id).state is RunState.FINISHED
     kept = kb.kept_engines(run_id)
     assert kept, f"no engine kept: {[(v.candidate_id, v.status, v.summary) for v in kb.verdicts(run_id)]}"
+    assert f"swarm review {run_id}" in output
     verdict = Verdict.model_validate_json(kb.verdict(kept[0].id).verdict_json)
     assert verdict.status is Status.PASS and verdict.comparison.ci_low > verdict.comparison.threshold
-    assert (swarm_home() / "engines").is_dir()
+    assert (swarm_home() / "engines" / "refs" / "tags" / "kept" / kept[0].id).exists()
