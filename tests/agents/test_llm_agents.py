@@ -96,7 +96,8 @@ def test_requests_carry_the_prompt_model_and_limits(llm_server, context):
 
 @PROVIDERS
 def test_unmatched_search_is_fed_back_once_and_repaired(provider, llm_server, context):
-    llm_server.push(Reply(UNMATCHED, input_tokens=100, output_tokens=10), Reply(GOOD, input_tokens=150, output_tokens=20))
+    llm_server.push(Reply(UNMATCHED, input_tokens=100, output_tokens=10),
+                    Reply(GOOD, input_tokens=150, output_tokens=20))
     proposal = make(provider, llm_server).propose(context)
     assert proposal.title == "sum experts with a generator"
     assert (proposal.input_tokens, proposal.output_tokens) == (250, 30)

@@ -15,7 +15,7 @@ from swarm.factory import build_swarm
 from swarm.paths import kb_path
 from targets import load_target
 from targets.schema import AgentSpec
-from tests.evaluator.candidates import small_target
+from tests.evaluator.candidate_factory import small_target
 
 
 def answer(title: str, *blocks: tuple[str, str, str]) -> str:

@@ -27,7 +27,8 @@ def test_copies_and_providers_get_distinct_names(monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "k")
     agents = make_agents(target_with(AgentSpec(provider="anthropic", model="claude-sonnet-4-5", count=2),
                                      AgentSpec(provider="anthropic", model="claude-sonnet-4-5"),
-                                     AgentSpec(provider="openai", model="qwen3-coder", base_url="http://127.0.0.1:1/v1")),
+                                     AgentSpec(provider="openai", model="qwen3-coder",
+                                               base_url="http://127.0.0.1:1/v1")),
                          CostLedger())
     assert [a.name for a in agents] == ["anthropic-claude-sonnet-4-5-0", "anthropic-claude-sonnet-4-5-1",
                                         "anthropic-claude-sonnet-4-5-0.2", "openai-qwen3-coder-0"]

@@ -13,7 +13,8 @@ from swarm.proposal import Lesson
 def test_system_prompt_states_the_contract_features_and_edit_format():
     text = system_prompt()
     for needle in ("reference_runtime/api.py", "teacher forcing", "fp8_moe", "gated_deltanet", "gated_attention",
-                   "codebook_mtp", "dac_codec", "<<<<<<< SEARCH", ">>>>>>> REPLACE", "Never special-case the benchmark"):
+                   "codebook_mtp", "dac_codec", "<<<<<<< SEARCH", ">>>>>>> REPLACE",
+                   "Never special-case the benchmark"):
         assert needle in text
 
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 from engine_copies import CPU, REQUEST, TINY, transformed, with_prerequisites
 
+import reference_runtime.model as reference_model
 from knowledge_base.transforms import TRANSFORMS, NotApplicable
 from reference_runtime.teacher_forcing import teacher_forced
 
@@ -143,3 +144,19 @@ def test_deltanet_conv_unfold_is_faster(engines):
         calls.append(lambda mixer=mixer, state=state: mixer(x, None, state))
     before, after = best_seconds(*calls)
     assert after < before, f"deltanet decode step {after * 1e6:.1f} us vs {before * 1e6:.1f} us"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name, params", [v for v in VARIANTS if "cuda" in TRANSFORMS[v.values[0]].devices])
+def test_transform_on_cuda_keeps_teacher_forced_logits(name, params, reference_run, load_package):
+    # On CUDA the graph capture and torch.compile paths run; compare with the reference on the same device.
+    cuda = torch.device("cuda")
+    weights = {k: v.to(cuda) for k, v in reference_run.weights.items()}
+    reference = reference_model.build_engine(TINY, weights, cuda)
+    expected = teacher_forced(reference, reference_run.rows, reference_run.frames)
+    engine = load_package(transformed(reference_run.files, *with_prerequisites(name, params))).build_engine(
+        TINY, weights, cuda)
+    for _ in range(2):  # the second pass replays what the first captured or compiled
+        logits = teacher_forced(engine, reference_run.rows, reference_run.frames)
+        torch.testing.assert_close(logits.main, expected.main, atol=1e-4, rtol=0)
+        torch.testing.assert_close(logits.codes, expected.codes, atol=1e-4, rtol=0)

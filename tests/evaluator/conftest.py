@@ -6,7 +6,7 @@ import pytest
 from evaluator import evaluate
 from evaluator.sandbox import REFERENCE_DIR, REPO_ROOT
 from targets.schema import Target, load_target
-from tests.evaluator.candidates import small_target
+from tests.evaluator.candidate_factory import small_target
 
 
 @pytest.fixture(scope="session")

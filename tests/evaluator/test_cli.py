@@ -5,7 +5,7 @@ import json
 
 from evaluator.__main__ import main
 from evaluator.sandbox import REPO_ROOT
-from tests.evaluator.candidates import build_engine_body, make_candidate
+from tests.evaluator.candidate_factory import build_engine_body, make_candidate
 
 
 def test_cli_writes_the_verdict(tmp_path, capsys):

@@ -6,7 +6,7 @@ import pytest
 
 from evaluator import Status, Verdict, calibrate_noise, evaluate
 from evaluator.sandbox import REFERENCE_DIR
-from tests.evaluator.candidates import make_candidate
+from tests.evaluator.candidate_factory import make_candidate
 
 
 def test_reference_against_itself_is_correct_and_not_faster(self_verdict, tiny_target):

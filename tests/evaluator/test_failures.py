@@ -8,7 +8,7 @@ import pytest
 
 from evaluator import Status, evaluate
 from evaluator.sandbox import REFERENCE_DIR
-from tests.evaluator.candidates import build_engine_body, make_candidate, small_target
+from tests.evaluator.candidate_factory import build_engine_body, make_candidate, small_target
 
 CASES = {
     "raise": (build_engine_body('raise RuntimeError("boom from build_engine")'), Status.BUILD_ERROR, "boom"),

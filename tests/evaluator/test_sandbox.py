@@ -14,7 +14,7 @@ import torch
 from evaluator import Status, evaluate
 from evaluator.channel import HEADER, JudgeChannel, ProtocolError
 from evaluator.sandbox import REFERENCE_DIR, REPO_ROOT
-from tests.evaluator.candidates import build_engine_body, make_candidate
+from tests.evaluator.candidate_factory import build_engine_body, make_candidate
 
 PROBE = '''
 import json, os, socket, subprocess
