@@ -45,6 +45,7 @@ def apply_rope('''),
 
 rope_tables = Transform(
     name="rope_tables",
+    impact=1.05,
     summary="look RoPE cos/sin up in tables computed once per geometry instead of recomputing the angles "
             "on every attention call",
     feature="gated_attention",
@@ -87,6 +88,7 @@ def _gqa_sdpa(files: Files, params: Params) -> list[Patch]:
 
 gqa_sdpa = Transform(
     name="gqa_sdpa",
+    impact=1.2,
     summary="let SDPA share KV heads across query groups (enable_gqa) instead of repeat_interleave copies of "
             "the whole cache, and skip the mask when one new row attends to the full cache",
     feature="gated_attention",

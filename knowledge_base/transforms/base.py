@@ -38,6 +38,9 @@ class Transform:
     space: Mapping[str, tuple] = field(default_factory=dict)  # parameter -> candidate values, best guess first
     requires: tuple[str, ...] = ()  # transforms that must already be in the lineage
     lesson: str = ""  # what to expect when it is tried (where it pays off, what it costs), for the agents
+    # Rough prior of the whole-frame speedup, only to order untried transforms (lessons override it): the H200
+    # measurement in docs/benchmarks.md where one exists, else a guess from the micro-timings in its tests.
+    impact: float = 1.0
 
     def variants(self) -> Iterator[Params]:
         """Every parameter combination, in the space's order (the first is the default)."""

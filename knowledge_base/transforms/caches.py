@@ -74,6 +74,7 @@ class ReferenceEngine:"""),
 
 static_caches = Transform(
     name="static_caches",
+    impact=1.1,
     summary="preallocate KV buffers for the whole context and keep KV/DeltaNet state across requests, "
             "reset in place by prefill, instead of allocating and regrowing them per request",
     feature="gated_attention",

@@ -50,6 +50,7 @@ def _graphs(files: Files, params: Params) -> list[Patch]:
 
 cuda_graph_backbone = Transform(
     name="cuda_graph_backbone",
+    impact=10.0,
     summary="replay the backbone's per-frame decode step (40 layers) as one CUDA graph per KV-length bucket, "
             "over static KV buffers and in-place DeltaNet state, instead of launching every kernel from Python",
     feature="decode_graph",
@@ -115,6 +116,7 @@ def _compile(files: Files, params: Params) -> list[Patch]:
 
 compile_tower = Transform(
     name="compile_tower",
+    impact=1.1,
     summary="torch.compile the tower layers' norms, eh_proj and SwiGLU MLP for the one-row decode step "
             "(fused elementwise kernels around the matmuls); attention with its KV cache stays eager",
     feature="codebook_mtp",

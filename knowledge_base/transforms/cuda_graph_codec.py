@@ -31,6 +31,7 @@ def _apply(files: Files, params: Params) -> list[Patch]:
 
 cuda_graph_codec = Transform(
     name="cuda_graph_codec",
+    impact=1.05,
     summary="replay the codec decode of each (zero-padded) window length as a CUDA graph instead of eager "
             "kernel launches, cutting time to first audio and per-chunk latency",
     feature="codec",

@@ -42,6 +42,7 @@ def _apply(files: Files, params: Params) -> list[Patch]:
 
 cuda_graph_frame = Transform(
     name="cuda_graph_frame",
+    impact=20.0,  # measured on H200 (docs/benchmarks.md)
     summary="replay each decode frame (backbone, lm_head, RAS draw, tower, heads) as one CUDA graph over "
             "preallocated KV/DeltaNet state with on-device MoE routing and sampling; sync once per chunk",
     feature="decode_graph",

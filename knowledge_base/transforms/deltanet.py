@@ -20,6 +20,7 @@ def _conv_unfold(files: Files, params: Params) -> list[Patch]:
 
 deltanet_conv_unfold = Transform(
     name="deltanet_conv_unfold",
+    impact=1.1,
     summary="compute the Gated DeltaNet causal depthwise conv (kernel 4) as unfold-multiply-sum instead of a "
             "grouped conv1d call per layer and step",
     feature="gated_deltanet",

@@ -29,6 +29,7 @@ def _dequant_at_build(files: Files, params: Params) -> list[Patch]:
 
 fp8_dequant_at_build = Transform(
     name="fp8_dequant_at_build",
+    impact=1.3,
     summary="dequantise the block-FP8 routed experts once in build_engine instead of on every MoE call",
     feature="fp8_moe",
     devices=frozenset({"cpu", "cuda"}),
@@ -101,6 +102,7 @@ def _dispatch(files: Files, params: Params) -> list[Patch]:
 
 moe_dispatch = Transform(
     name="moe_dispatch",
+    impact=1.1,
     summary="route tokens to experts with batched matmuls (gathered expert weights, or all experts densely) "
             "instead of a Python loop over the active experts with a host sync",
     feature="fp8_moe",

@@ -48,6 +48,7 @@ def _topk_first(files: Files, params: Params) -> list[Patch]:
 
 topk_first_sampling = Transform(
     name="topk_first_sampling",
+    impact=1.1,
     summary="sample top-k draws (RAS, codes 1..9) from the k largest logits instead of sorting and scattering "
             "over the whole vocabulary, with the same noise stream so seeded outputs do not change",
     feature="sampling",

@@ -36,6 +36,7 @@ NUM_WARPS = {warps}
 
 triton_fp8_moe = Transform(
     name="triton_fp8_moe",
+    impact=1.7,  # measured on H200 (docs/benchmarks.md)
     summary="compute the decode step's top-k routed experts with two Triton FP8 GEMV kernels reading the "
             "128x128-block FP8 weights in place (gate|up + SiLU, then down + weighted sum)",
     feature="fp8_moe",

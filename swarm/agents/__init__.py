@@ -6,11 +6,9 @@ from __future__ import annotations
 
 from targets.schema import AgentSpec, Target
 
-from .anthropic_agent import AnthropicAgent
 from .base import Agent, AgentError, BudgetExceeded
 from .ledger import CostLedger
 from .offline import OfflineAgent
-from .openai_agent import OpenAIAgent
 
 __all__ = ["Agent", "AgentError", "BudgetExceeded", "CostLedger", "make_agents"]
 
@@ -32,8 +30,14 @@ def _make(spec: AgentSpec, name: str, ledger: CostLedger) -> Agent:
     if spec.model == "offline":
         raise AgentError(f"agent {name}: provider {spec.provider} needs a model name "
                          "(e.g. model: claude-sonnet-4-5 or model: gpt-5) in the target's agents")
+    # SDKs are imported only for the providers a target uses, so offline runs need neither (e.g. on a GPU box
+    # whose image lacks them).
     if spec.provider == "anthropic":
+        from .anthropic_agent import AnthropicAgent
+
         return AnthropicAgent(name, spec, ledger)
+    from .openai_agent import OpenAIAgent
+
     return OpenAIAgent(name, spec, ledger)
 
 

@@ -63,8 +63,8 @@ def _failed_text(context: ProposalContext) -> str:
 
 
 def _ranking(context: ProposalContext) -> tuple[list[tuple[Transform, int]], int]:
-    """Eligible transforms with their scores, best tier first (each tier shuffled by the iteration), and the
-    size of the best tier."""
+    """Eligible transforms with their scores, best tier first (within a tier: highest prior impact first, equal
+    priors shuffled by the iteration), and the size of the best tier."""
     lineage = set(context.applied_transforms)
     failed = _failed_text(context)
     worked = " ".join(f"{x.summary} {x.evidence}" for x in context.lessons if x.outcome == "worked")
@@ -76,7 +76,7 @@ def _ranking(context: ProposalContext) -> tuple[list[tuple[Transform, int]], int
     for score in sorted({s for _, s in scored}, reverse=True):
         tier = [(t, s) for t, s in scored if s == score]
         rng.shuffle(tier)
-        ranking += tier
+        ranking += sorted(tier, key=lambda ts: -ts[0].impact)  # stable: equal priors keep the shuffle
     top = sum(1 for _, s in ranking if s == ranking[0][1]) if ranking else 0
     return ranking, top
 

@@ -17,8 +17,8 @@ def target_with(*agents: AgentSpec):
     return CPU_TARGET.model_copy(update={"agents": list(agents)})
 
 
-def test_default_target_gets_offline_agents_without_any_key():
-    agents = make_agents(CPU_TARGET, CostLedger())
+def test_offline_agents_need_no_key():
+    agents = make_agents(target_with(AgentSpec(provider="offline", count=2)), CostLedger())
     assert [a.name for a in agents] == ["offline-0", "offline-1"]
     assert all(isinstance(a, OfflineAgent) and isinstance(a, Agent) for a in agents)
 
