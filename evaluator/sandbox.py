@@ -88,7 +88,10 @@ def _environment(gpu_index: int | None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k in PASS_ENV}
     if gpu_index is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(gpu_index)  # a physical index: the worker sees only that GPU
-    return env | {"PYTHONPATH": str(REPO_ROOT), "PYTHONSAFEPATH": "1", "PYTHONDONTWRITEBYTECODE": "1",
+    # The harness's own PYTHONPATH entries follow the repo: packages installed with `pip --target` must be
+    # importable by the worker exactly as by the harness.
+    path = os.pathsep.join([str(REPO_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
+    return env | {"PYTHONPATH": path, "PYTHONSAFEPATH": "1", "PYTHONDONTWRITEBYTECODE": "1",
                   "PYTHONNOUSERSITE": "1"}
 
 
