@@ -1,6 +1,6 @@
 """Timing statistics and the speed decision: paired frames/s ratios, a bootstrap CI, spread, A/A calibration.
 
-PASS needs the CI's lower bound above the threshold, max(target min_speedup, the A/A upper bound), and a tidy
+PASS needs the CI's lower bound above the threshold, max(target min_speedup, the A/A band), and a tidy
 spread; SLOWER when the upper bound is under the threshold or the median ratio is <= 1; NOISY when the spread
 (relative IQR of either engine's frames/s on some prompt) is too large to decide; a ratio above
 max_plausible_speedup is sent to manual review as cheat_suspected.
@@ -55,7 +55,11 @@ def prompt_figures(prompt: str, ttfa_ms: list[float], fps: list[float], rtf: lis
 
 
 def threshold(min_speedup: float, calibration: NoiseCalibration | None) -> float:
-    return max(min_speedup, calibration.ci_high) if calibration else min_speedup
+    """The A/A band is symmetric: identical engines measured 0.80x (CI 0.77-0.88) on the H200 (order and
+    process effects), so a candidate must clear 1/0.77 as well as the upper bound, not only the latter."""
+    if calibration is None:
+        return min_speedup
+    return max(min_speedup, calibration.ci_high, 1 / calibration.ci_low)
 
 
 def compare(ratios: list[float], ttfa_ratio: float, confidence: float, seed: int, limit: float) -> Comparison:

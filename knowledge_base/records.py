@@ -121,7 +121,7 @@ class LessonRecord:
     run_id: str
     candidate_id: str
     feature: str
-    outcome: str  # "worked" | "failed"
+    outcome: str  # "worked" | "promising" (correct, faster, under the noise band) | "failed"
     summary: str
     evidence: str = ""
     architecture: str = ""

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 
+from evaluator.verdict import Verdict
 from knowledge_base import EngineKey, Figures, KnowledgeStore
 from targets import Target
 
-from .outcome import unmet_criteria
+from .outcome import is_promising, unmet_criteria
 from .proposal import Lesson, ProposalContext
 from .run_state import ParentEngine, RunView, lineage_transforms
 
@@ -36,6 +37,8 @@ def recent_failures(view: RunView, limit: int = MAX_FAILURES) -> list[str]:
         verdict = view.verdicts.get(c.id)
         if verdict is None or verdict.status == "pass":
             continue
+        if verdict.verdict_json and is_promising(Verdict.model_validate_json(verdict.verdict_json)):
+            continue  # a small but real gain is a lesson to build on, not a failure to avoid
         evidence = "; ".join(e["message"] for e in json.loads(verdict.evidence_json)[:2])
         detail = f" | {evidence[:400]}" if evidence and evidence != verdict.summary else ""
         failures.append(f"{c.title} ({verdict.status}): {verdict.summary}{detail}")

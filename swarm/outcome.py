@@ -54,6 +54,17 @@ def _evidence_text(verdict: Verdict, limit: int = 600) -> str:
     return "; ".join(e.message for e in verdict.evidence[:3])[:limit]
 
 
+def is_promising(verdict: Verdict) -> bool:
+    """Correct and faster than its parent with confidence (CI above 1), yet not past the run's noise band: too
+    small a gain to keep alone, worth stacking with other such changes."""
+    c = verdict.comparison
+    return verdict.status in (Status.SLOWER, Status.NOISY) and c is not None and c.ci_low > 1.0
+
+
+def lesson_outcome(verdict: Verdict, kept: bool) -> str:
+    return "worked" if kept else "promising" if is_promising(verdict) else "failed"
+
+
 def retain(candidate: CandidateRecord, proposal: Proposal, verdict: Verdict, seconds: float, parent: ParentEngine,
            key: EngineKey) -> tuple[VerdictRecord, LessonRecord, KeptEngine | None]:
     """Records for one evaluated candidate; a PASS (correct, faster than its parent beyond noise) is kept."""
@@ -71,7 +82,7 @@ def retain(candidate: CandidateRecord, proposal: Proposal, verdict: Verdict, sec
     else:
         summary = f"{candidate.title}: {verdict.status.value}: {verdict.summary}"
     lesson = LessonRecord(run_id=candidate.run_id, candidate_id=candidate.id, feature=feature_of(proposal),
-                          outcome="worked" if kept else "failed", summary=summary,
+                          outcome=lesson_outcome(verdict, kept is not None), summary=summary,
                           evidence=_evidence_text(verdict), architecture=key.architecture)
     return record, lesson, kept
 

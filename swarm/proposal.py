@@ -18,7 +18,7 @@ class FileEdit(_Model):
 
 class Lesson(_Model):
     feature: str  # architecture feature it concerns: "fp8_moe", "linear_attention", "codebook_mtp", "codec", ...
-    outcome: str  # "worked" | "failed"
+    outcome: str  # "worked" | "promising" (correct, faster, under the noise band) | "failed"
     summary: str
     evidence: str = ""
 

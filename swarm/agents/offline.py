@@ -1,10 +1,11 @@
 """The offline proposer: no API key, no network. It picks and parameterises optimisation transforms from
 `knowledge_base/transforms/` and emits their SEARCH/REPLACE edits.
 
-Choices are a function of (iteration, slot): the slots of one iteration take different transforms. It skips
-transforms already in the parent's lineage, whose prerequisites are missing or whose code is gone, ranks
-transforms that lessons say "worked" first and those that failed last, never repeats a variant (`name(k=v)`)
-named in a failure, and composes two transforms when both have worked before.
+Choices are a function of (iteration, slot). Slot 0 exploits: it stacks every transform that lessons say
+"worked" or was "promising" (correct and faster, but under the noise band alone), so small real gains add up
+to one that clears it. The other slots explore: untried transforms, highest prior impact first, one slot each.
+It skips transforms already in the parent's lineage, whose prerequisites are missing or whose code is gone,
+ranks failed ones last and never repeats a variant (`name(k=v)`) named in a failure.
 """
 from __future__ import annotations
 
@@ -34,20 +35,20 @@ class OfflineAgent:
         self.name = name
 
     def propose(self, context: ProposalContext) -> Proposal:
-        ranking, top = _ranking(context)
+        ranking = _ranking(context)
         failed = _failed_text(context)
-        # Slots of one iteration start at different places of the same ranking, so they do not collide;
-        # a slot past the top tier's size moves on to the next parameter variant.
-        start = context.slot % top if top else 0
-        order = ranking[start:top] + ranking[:start] + ranking[top:]
-        first = next((c for t, _ in order
-                      if (c := _first_variant(t, context.parent_files, failed, context.slot // max(top, 1)))), None)
-        if first is None:
+        good = [t for t, score in ranking if score > 0]
+        chosen = _stack(good, context.parent_files, failed) if context.slot == 0 else []
+        if not chosen:  # explore
+            fresh = [t for t, score in ranking if score == 0] or [t for t, _ in ranking]
+            k = context.slot - (1 if good else 0)
+            order = fresh[k % len(fresh):] + fresh[:k % len(fresh)] if fresh else []
+            first = next((c for t in order
+                          if (c := _first_variant(t, context.parent_files, failed, k // max(len(fresh), 1)))), None)
+            chosen = [first] if first else []
+        if not chosen:
             raise AgentError(f"{self.name}: no transform left to apply to {context.parent_id} on {context.device} "
                              f"(lineage: {', '.join(context.applied_transforms) or 'none'})")
-        chosen = [first]
-        if next(s for t, s in ranking if t is first.transform) > 0:
-            chosen += _companion(first, ranking, context, failed)
         return Proposal(
             agent=self.name,
             title=" + ".join(c.label for c in chosen),
@@ -62,13 +63,14 @@ def _failed_text(context: ProposalContext) -> str:
                       *(f"{x.summary} {x.evidence}" for x in context.lessons if x.outcome == "failed")])
 
 
-def _ranking(context: ProposalContext) -> tuple[list[tuple[Transform, int]], int]:
-    """Eligible transforms with their scores, best tier first (within a tier: highest prior impact first, equal
-    priors shuffled by the iteration), and the size of the best tier."""
+def _ranking(context: ProposalContext) -> list[tuple[Transform, int]]:
+    """Eligible transforms with their scores (worked 2, promising 1, untried 0, failed -1), best first; within a
+    score, highest prior impact first, equal priors shuffled by the iteration."""
     lineage = set(context.applied_transforms)
     failed = _failed_text(context)
-    worked = " ".join(f"{x.summary} {x.evidence}" for x in context.lessons if x.outcome == "worked")
-    scored = [(t, (2 if _cited(t, worked) else 0) - (1 if _cited(t, failed) else 0))
+    worked = " ".join(x.summary for x in context.lessons if x.outcome == "worked")
+    promising = " ".join(x.summary for x in context.lessons if x.outcome == "promising")
+    scored = [(t, 2 if _cited(t, worked) else 1 if _cited(t, promising) else -1 if _cited(t, failed) else 0)
               for t in TRANSFORMS.values()
               if context.device in t.devices and t.name not in lineage and set(t.requires) <= lineage]
     rng = random.Random(f"offline:{context.iteration}")
@@ -77,8 +79,7 @@ def _ranking(context: ProposalContext) -> tuple[list[tuple[Transform, int]], int
         tier = [(t, s) for t, s in scored if s == score]
         rng.shuffle(tier)
         ranking += sorted(tier, key=lambda ts: -ts[0].impact)  # stable: equal priors keep the shuffle
-    top = sum(1 for _, s in ranking if s == ranking[0][1]) if ranking else 0
-    return ranking, top
+    return ranking
 
 
 def _cited(transform: Transform, text: str) -> bool:
@@ -98,17 +99,15 @@ def _first_variant(transform: Transform, files: dict[str, str], failed: str, ski
     return None
 
 
-def _companion(first: _Choice, ranking: list[tuple[Transform, int]], context: ProposalContext,
-               failed: str) -> list[_Choice]:
-    """Another transform that has also worked, on a different feature, whose edits stack on the first's."""
-    stacked = apply_edits(context.parent_files, first.edits)
-    for transform, score in ranking:
-        if score <= 0 or transform.feature == first.transform.feature or transform is first.transform:
-            continue
-        choice = _first_variant(transform, stacked, failed, 0)
+def _stack(transforms: list[Transform], files: dict[str, str], failed: str) -> list[_Choice]:
+    """Each transform's first applicable variant, stacked in order onto the files the previous ones produced."""
+    chosen: list[_Choice] = []
+    for transform in transforms:
+        choice = _first_variant(transform, files, failed, 0)
         if choice is not None:
-            return [choice]
-    return []
+            chosen.append(choice)
+            files = apply_edits(files, choice.edits)
+    return chosen
 
 
 def _edits(transform: Transform, params: Params, files: dict[str, str]) -> list[FileEdit] | None:

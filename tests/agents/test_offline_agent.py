@@ -44,12 +44,13 @@ def test_prerequisites_gate_a_transform(reference_run):
     assert "moe_dispatch" not in seen  # needs fp8_dequant_at_build in the lineage first
 
 
-def test_worked_lessons_are_preferred_and_failed_variants_avoided(reference_run):
+def test_worked_lessons_are_exploited_and_failed_variants_avoided(reference_run):
     lessons = [Lesson(feature="gated_attention", outcome="worked", summary="rope_tables(table_rows=16384): 1.07x"),
                Lesson(feature="codebook_mtp", outcome="failed", summary="static_caches(rows=max_context): slower")]
-    for slot in range(6):
-        proposal = OfflineAgent("o").propose(context_for(reference_run.files, slot=slot, lessons=lessons))
-        assert proposal.transforms == ["rope_tables"]
+    proposals = [OfflineAgent("o").propose(context_for(reference_run.files, slot=s, lessons=lessons))
+                 for s in range(6)]
+    assert proposals[0].transforms == ["rope_tables"]  # slot 0 exploits
+    assert all(p.transforms != ["rope_tables"] for p in proposals[1:])  # the others explore untried transforms
     failures = ["static_caches(rows=max_context) (slower): not faster", "rope_tables(table_rows=16384) (mismatch)"]
     titles = {OfflineAgent("o").propose(context_for(reference_run.files, slot=s, failures=failures)).title
               for s in range(12)}
@@ -62,6 +63,16 @@ def test_two_transforms_that_worked_are_composed(reference_run):
     proposal = OfflineAgent("o").propose(context_for(reference_run.files, lessons=lessons))
     assert sorted(proposal.transforms) == ["rope_tables", "topk_first_sampling"] and " + " in proposal.title
     apply_edits(reference_run.files, proposal.edits)
+
+
+def test_promising_transforms_are_stacked_into_one_candidate(reference_run):
+    lessons = [Lesson(feature="fp8_moe", outcome="promising", summary="fp8_dequant_at_build(): slower: 1.05x"),
+               Lesson(feature="gated_attention", outcome="promising", summary="gqa_sdpa(): slower: 1.02x"),
+               Lesson(feature="sampling", outcome="failed", summary="topk_first_sampling(): mismatch")]
+    stacked = OfflineAgent("o").propose(context_for(reference_run.files, iteration=1, slot=0, lessons=lessons))
+    assert sorted(stacked.transforms) == ["fp8_dequant_at_build", "gqa_sdpa"]
+    explored = OfflineAgent("o").propose(context_for(reference_run.files, iteration=1, slot=1, lessons=lessons))
+    assert not set(explored.transforms) & {"fp8_dequant_at_build", "gqa_sdpa", "topk_first_sampling"}
 
 
 def test_a_lineage_of_offline_proposals_stacks_every_cpu_transform(reference_run, load_package):

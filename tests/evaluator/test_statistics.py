@@ -54,3 +54,5 @@ def test_calibration_only_raises_the_threshold():
     assert threshold(1.05, None) == 1.05
     assert threshold(1.05, aa) == 1.12
     assert threshold(1.2, aa) == 1.2
+    slow_side = NoiseCalibration(speedup=0.8, ci_low=0.77, ci_high=0.88, rel_iqr=0.13, pairs=6, baseline="ref")
+    assert threshold(1.03, slow_side) == pytest.approx(1 / 0.77)  # a drift either way widens the band
