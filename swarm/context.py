@@ -9,7 +9,7 @@ from evaluator.verdict import Verdict
 from knowledge_base import EngineKey, Figures, KnowledgeStore
 from targets import Target
 
-from .outcome import is_promising, unmet_criteria
+from .outcome import DUPLICATE, is_promising, unmet_criteria
 from .proposal import Lesson, ProposalContext
 from .run_state import ParentEngine, RunView, lineage_transforms
 
@@ -35,7 +35,7 @@ def recent_failures(view: RunView, limit: int = MAX_FAILURES) -> list[str]:
     failures = []
     for c in view.candidates:
         verdict = view.verdicts.get(c.id)
-        if verdict is None or verdict.status == "pass":
+        if verdict is None or verdict.status in ("pass", DUPLICATE):
             continue
         if verdict.verdict_json and is_promising(Verdict.model_validate_json(verdict.verdict_json)):
             continue  # a small but real gain is a lesson to build on, not a failure to avoid

@@ -38,7 +38,10 @@ class OfflineAgent:
         ranking = _ranking(context)
         failed = _failed_text(context)
         good = [t for t, score in ranking if score > 0]
+        worked = [t for t, score in ranking if score == 2]
         chosen = _stack(good, context.parent_files, failed) if context.slot == 0 else []
+        if len(chosen) == 1 and chosen[0].transform not in worked:
+            chosen = []  # a lone promising transform was measured already: its gain is under the noise band
         if not chosen:  # explore
             fresh = [t for t, score in ranking if score == 0] or [t for t, _ in ranking]
             k = context.slot - (1 if good else 0)

@@ -41,7 +41,7 @@ def test_swarm_run_keeps_a_faster_engine_and_survives_kill_9(tmp_path):
                           "warmup_trials": 1}
     data["tolerances"] |= {"prompts": 1, "frames": 6}
     data |= {"agents": [{"provider": "offline", "count": 1}], "candidates_per_iteration": 2, "acceptance": {},
-             "budget": {"iterations": 2, "wall_minutes": 20}}
+             "budget": {"iterations": 4, "wall_minutes": 20}}
     target_file = tmp_path / "cpu.yaml"
     target_file.write_text(yaml.safe_dump(data))
     run_id = f"{data['name']}-001"
