@@ -12,6 +12,7 @@ import ctypes
 import os
 import re
 import resource
+import signal
 import stat
 import sys
 import tempfile
@@ -27,7 +28,7 @@ KEPT_FLAGS = {os.ST_NOSUID: 2, os.ST_NODEV: 4, os.ST_NOEXEC: 8, os.ST_NOATIME: 1
               os.ST_RELATIME: 1 << 21}
 # left writable: per-process and kernel files, which no unprivileged uid can use to keep data
 KERNEL_MOUNTS = ("/proc", "/sys")
-PR_SET_KEEPCAPS, PR_SET_NO_NEW_PRIVS = 8, 38
+PR_SET_PDEATHSIG, PR_SET_KEEPCAPS, PR_SET_NO_NEW_PRIVS = 1, 8, 38
 CAP_DAC_READ_SEARCH = 2
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
 NPROC_LIMIT = 1024  # threads count too: torch and CUDA start tens of them per worker
@@ -55,6 +56,7 @@ class Confined:
 
 def confine(c: Confinement) -> Confined:
     out = Confined(package_root=c.package_root, tmp=c.private_tmp)
+    judge = os.getppid()
     _limit(resource.RLIMIT_CORE, 0, out)
     _limit(resource.RLIMIT_FSIZE, FSIZE_LIMIT, out)
     if os.geteuid() != 0:
@@ -62,6 +64,7 @@ def confine(c: Confinement) -> Confined:
                          "network and the judge's uid (run the evaluator as root to confine workers)")
         _cap_processes(out)
         _home(out.tmp)
+        _die_with_judge(judge, out)
         return out
     _unshare(CLONE_NEWNET, "network namespace", out)
     _unshare(CLONE_NEWIPC, "IPC namespace", out)
@@ -69,7 +72,18 @@ def confine(c: Confinement) -> Confined:
         _private_mounts(c, out)
     _drop_privileges(c.uid, out)
     _home(out.tmp)
+    _die_with_judge(judge, out)
     return out
+
+
+def _die_with_judge(judge: int, out: Confined) -> None:
+    """A worker must not outlive a judge killed with SIGKILL (it would burn CPU or GPU time unseen). Armed after
+    the uid drop, which clears the parent-death signal."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        out.notes.append(f"parent-death signal refused (errno {ctypes.get_errno()}): a killed judge leaves it running")
+    if os.getppid() != judge:  # the judge died before the signal was armed
+        os._exit(1)
 
 
 def _home(tmp: str) -> None:
