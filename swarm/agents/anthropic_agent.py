@@ -3,17 +3,14 @@ from __future__ import annotations
 
 import inspect
 import logging
-import os
 
 import anthropic
 
 from targets.schema import AgentSpec
 
-from .base import AgentError
 from .ledger import CostLedger
 from .llm import (
     DEFAULT_RETRY,
-    LOCAL_DUMMY_KEY,
     Completion,
     LLMAgent,
     Message,
@@ -32,10 +29,7 @@ class AnthropicAgent(LLMAgent):
 
     def __init__(self, name: str, spec: AgentSpec, ledger: CostLedger, retry: RetryPolicy = DEFAULT_RETRY):
         super().__init__(name, spec, ledger, retry)
-        api_key = os.environ.get(self.key_env) or (LOCAL_DUMMY_KEY if spec.base_url else None)
-        if not api_key:
-            raise AgentError(f"agent {name} (anthropic, {spec.model}) needs an API key: set {self.key_env}, "
-                             "or use provider: offline in the target")
+        api_key = self._api_key("")
         # An explicit timeout also lifts the SDK's refusal of long non-streaming requests.
         self.client = anthropic.Anthropic(api_key=api_key, base_url=spec.base_url, max_retries=0,
                                           timeout=REQUEST_TIMEOUT_S)

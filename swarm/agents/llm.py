@@ -7,6 +7,7 @@ logged here and tests can drive the backoff.
 from __future__ import annotations
 
 import logging
+import os
 import math
 import re
 import time
@@ -64,6 +65,14 @@ class LLMAgent:
         self.ledger = ledger
         self.retry = retry
         self.price = price_of(spec.model, custom_endpoint=spec.base_url is not None)
+
+    def _api_key(self, alternatives: str) -> str:
+        """The provider's key from the environment; a self-hosted base_url takes a placeholder."""
+        key = os.environ.get(self.key_env) or (LOCAL_DUMMY_KEY if self.spec.base_url else None)
+        if not key:
+            raise AgentError(f"agent {self.name} ({self.provider}, {self.spec.model}) needs an API key: set "
+                             f"{self.key_env}, {alternatives}or use provider: offline in the target")
+        return key
 
     def propose(self, context: ProposalContext) -> Proposal:
         system = system_prompt()

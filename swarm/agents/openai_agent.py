@@ -2,17 +2,14 @@
 official OpenAI SDK (`openai.OpenAI(base_url=...).chat.completions.create`)."""
 from __future__ import annotations
 
-import os
 
 import openai
 
 from targets.schema import AgentSpec
 
-from .base import AgentError
 from .ledger import CostLedger
 from .llm import (
     DEFAULT_RETRY,
-    LOCAL_DUMMY_KEY,
     Completion,
     LLMAgent,
     Message,
@@ -28,11 +25,7 @@ class OpenAIAgent(LLMAgent):
 
     def __init__(self, name: str, spec: AgentSpec, ledger: CostLedger, retry: RetryPolicy = DEFAULT_RETRY):
         super().__init__(name, spec, ledger, retry)
-        api_key = os.environ.get(self.key_env) or (LOCAL_DUMMY_KEY if spec.base_url else None)
-        if not api_key:
-            raise AgentError(f"agent {name} (openai, {spec.model}) needs an API key: set {self.key_env}, "
-                             "give the agent a base_url for a local OpenAI-compatible server, "
-                             "or use provider: offline in the target")
+        api_key = self._api_key("give the agent a base_url for a local OpenAI-compatible server, ")
         self.client = openai.OpenAI(api_key=api_key, base_url=spec.base_url, max_retries=0,
                                     timeout=REQUEST_TIMEOUT_S)
 
