@@ -189,10 +189,11 @@ def graph_stages(report: Report, pkg, engine, config) -> None:
               "backbone_moe": lambda: [step.moe_decode(x, lw.moe, config.backbone) for lw in prog.w.layers],
               "predict": lambda: prog.predict(span, sampling), "sampling": sampling_only}
     pool = torch.cuda.graph_pool_handle()
-    for name, fn in stages.items():
-        graph, _ = pkg.graph_capture.capture(fn, pool, keep=st.mutable())
-        graph.replay()
-        report.stages_ms[name] = events_ms(graph.replay, 20)
+    with torch.inference_mode():  # the engine's state tensors are inference tensors: update them in that mode
+        for name, fn in stages.items():
+            graph, _ = pkg.graph_capture.capture(fn, pool, keep=st.mutable())
+            graph.replay()
+            report.stages_ms[name] = events_ms(graph.replay, 20)
     s = report.stages_ms
     s["backbone_mixers_norms"] = s["backbone"] - s["backbone_moe"]
     s["tower_lm_head"] = s["predict"] - s["sampling"]
