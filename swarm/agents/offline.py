@@ -40,8 +40,9 @@ class OfflineAgent:
         good = [t for t, score in ranking if score > 0]
         worked = [t for t, score in ranking if score == 2]
         chosen = _stack(good, context.parent_files, failed) if context.slot == 0 else []
-        if len(chosen) == 1 and chosen[0].transform not in worked:
-            chosen = []  # a lone promising transform was measured already: its gain is under the noise band
+        unproven = [c for c in chosen if c.transform not in worked]
+        if unproven and (len(chosen) == 1 or _tried(chosen, context)):
+            chosen = []  # this exact stack (or lone promising transform) was measured already: explore instead
         if not chosen:  # explore
             fresh = [t for t, score in ranking if score == 0] or [t for t, _ in ranking]
             k = context.slot - (1 if good else 0)
@@ -100,6 +101,13 @@ def _first_variant(transform: Transform, files: dict[str, str], failed: str, ski
         if edits is not None:
             return _Choice(transform, params, edits)
     return None
+
+
+def _tried(chosen: list[_Choice], context: ProposalContext) -> bool:
+    """Whether a proposal titled like this stack was already evaluated (its lesson or failure cites the title)."""
+    title = " + ".join(c.label for c in chosen)
+    return any(text.startswith(title + ":") or text.startswith(title + " (")
+               for text in [*context.failures, *(x.summary for x in context.lessons)])
 
 
 def _stack(transforms: list[Transform], files: dict[str, str], failed: str) -> list[_Choice]:

@@ -75,6 +75,9 @@ def test_promising_transforms_are_stacked_into_one_candidate(reference_run):
     assert not set(explored.transforms) & {"fp8_dequant_at_build", "gqa_sdpa", "topk_first_sampling"}
     alone = OfflineAgent("o").propose(context_for(reference_run.files, iteration=1, slot=0, lessons=lessons[:1]))
     assert alone.transforms != ["fp8_dequant_at_build"]  # measured already; nothing to stack it with yet
+    tried = lessons + [Lesson(feature="fp8_moe", outcome="promising", summary=f"{stacked.title}: slower: 1.04x")]
+    again = OfflineAgent("o").propose(context_for(reference_run.files, iteration=2, slot=0, lessons=tried))
+    assert again.title != stacked.title  # the same stack again would be a duplicate: explore instead
 
 
 def test_a_lineage_of_offline_proposals_stacks_every_cpu_transform(reference_run, load_package):

@@ -37,7 +37,7 @@ def _swarm(*args: str) -> subprocess.Popen:
 def test_swarm_run_keeps_a_faster_engine_and_survives_kill_9(tmp_path):
     data = load_target(ROOT / "targets" / "drama3_cpu.yaml").model_dump(mode="json")
     # The demo target, cut to what two CPU cores evaluate in about a minute per candidate.
-    data["benchmark"] |= {"prompts": data["benchmark"]["prompts"][:1], "frames": 12, "warm_trials": 4,
+    data["benchmark"] |= {"prompts": data["benchmark"]["prompts"][:1], "frames": 12, "warm_trials": 6,
                           "warmup_trials": 1}
     data["tolerances"] |= {"prompts": 1, "frames": 6}
     data |= {"agents": [{"provider": "offline", "count": 1}], "candidates_per_iteration": 2, "acceptance": {},
