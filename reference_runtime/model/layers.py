@@ -50,6 +50,12 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor, rotary_dim: int, theta:
     inv_freq = theta ** (-torch.arange(0, half, device=x.device, dtype=torch.float32) * 2 / rotary_dim)
     angles = positions.to(torch.float32)[:, None] * inv_freq[None, :]  # (T, half)
     cos, sin = angles.cos()[:, None, :], angles.sin()[:, None, :]  # broadcast over heads
+    return rotate(x, cos, sin, rotary_dim, interleaved)
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_dim: int, interleaved: bool) -> torch.Tensor:
+    """The rotation of apply_rope with cos/sin (broadcastable to (..., rotary_dim/2), fp32) already in hand."""
+    half = rotary_dim // 2
     rot, rest = x[..., :rotary_dim].float(), x[..., rotary_dim:]
     if interleaved:
         a, b = rot[..., 0::2], rot[..., 1::2]

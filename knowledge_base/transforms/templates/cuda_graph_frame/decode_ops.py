@@ -7,6 +7,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .layers import rotate
+
 
 def norm(x: torch.Tensor, gain: torch.Tensor, eps: float) -> torch.Tensor:
     """layers.rms_norm with the gain (1 + w) already in fp32."""
@@ -25,13 +27,5 @@ class RopeTable:
 
     def rotate(self, x: torch.Tensor, pos: torch.Tensor, interleaved: bool) -> torch.Tensor:
         """x (heads, head_dim) at row pos (1,) -> rotated like layers.apply_rope."""
-        rd, half = self.rotary_dim, self.rotary_dim // 2
         cos, sin = self.cos.index_select(0, pos), self.sin.index_select(0, pos)  # (1, half): broadcast over heads
-        rot, rest = x[..., :rd].float(), x[..., rd:]
-        if interleaved:
-            a, b = rot[..., 0::2], rot[..., 1::2]
-            rotated = torch.stack((a * cos - b * sin, b * cos + a * sin), dim=-1).flatten(-2)
-        else:
-            a, b = rot[..., :half], rot[..., half:]
-            rotated = torch.cat((a * cos - b * sin, b * cos + a * sin), dim=-1)
-        return torch.cat((rotated.to(x.dtype), rest), dim=-1)
+        return rotate(x, cos, sin, self.rotary_dim, interleaved)
