@@ -16,7 +16,7 @@ def _apply(files: Files, params: Params) -> list[Patch]:
     if block_n & (block_n - 1) or warps & (warps - 1):
         raise ValueError(f"triton_fp8_moe: block_n ({block_n}) and num_warps ({warps}) must be powers of two")
     return [
-        *template_files(files, "triton_fp8_moe"),
+        *template_files(files, "triton_fp8_moe"), *template_files(files, "fp8_triton"),
         Patch("triton_moe_params.py", "", f'''\
 """Parameters the triton_fp8_moe transform was applied with."""
 BLOCK_N = {block_n}  # output rows per program (at most the FP8 block): smaller = more programs in flight

@@ -30,21 +30,23 @@ tl = triton.language
 assert os.environ.get("TRITON_INTERPRET") == "1", "run through test_cuda_triton_moe.py (TRITON_INTERPRET=1)"
 CFG = get_config("drama3-tiny")
 KERNELS = None  # the loaded package's triton_moe module
+FP8_BITS = None  # and its fp8_bits module
 
 
 @pytest.fixture(scope="module")
 def pkg(tmp_path_factory):
-    global KERNELS
+    global KERNELS, FP8_BITS
     package = load(transformed(engine_files(REFERENCE), [cuda_graph_frame, triton_fp8_moe]),
                    tmp_path_factory.mktemp("pkg"))
     KERNELS = importlib.import_module(f"{package.__name__}.triton_moe")
+    FP8_BITS = importlib.import_module(f"{package.__name__}.fp8_bits")
     return package
 
 
 @triton.jit
 def _decode_bytes(src, dst):
     offs = tl.arange(0, 256)
-    tl.store(dst + offs, KERNELS._fp8_e4m3(tl.load(src + offs), False))  # interpreted: plain Python lookups
+    tl.store(dst + offs, FP8_BITS.fp8_e4m3(tl.load(src + offs), False))  # interpreted: plain Python lookups
 
 
 def test_applies_only_on_top_of_cuda_graph_frame():

@@ -2,8 +2,7 @@
 dequantised copy): (1) per selected expert and tile of intermediate rows, gate and up GEMVs over 128-wide
 K blocks, each block's partial sum times its 128x128 tile scale, then silu(gate) * up; (2) per tile of output
 rows, the down GEMVs of all k experts, weighted by the routing weights and summed. fp32 throughout.
-On CUDA the fp8 bytes convert with the hardware instruction; under TRITON_INTERPRET=1 (the CPU tests) they are
-decoded from their bits.
+The fp8 bytes convert as fp8_bits.fp8_e4m3 says.
 """
 from __future__ import annotations
 
@@ -14,20 +13,8 @@ import triton.language as tl
 from reference_runtime.config import BackboneConfig
 
 from .decode_weights import MoEWeights
+from .fp8_bits import fp8_e4m3
 from .triton_moe_params import BLOCK_N, NUM_WARPS
-
-
-@triton.jit
-def _fp8_e4m3(bits, NATIVE_FP8: tl.constexpr):
-    """uint8 bits of float8_e4m3fn -> float32 (exact: every e4m3 value is a float32)."""
-    if NATIVE_FP8:
-        return bits.to(tl.float8e4nv, bitcast=True).to(tl.float32)
-    b = bits.to(tl.int32)
-    exp = (b >> 3) & 15
-    man = b & 7
-    normal = (((exp + 120) << 23) | (man << 20)).to(tl.float32, bitcast=True)  # 2^(exp-7) * (1 + man/8)
-    value = tl.where(exp == 0, man.to(tl.float32) * 0.001953125, normal)  # subnormals: man/8 * 2^-6
-    return tl.where((b & 128) != 0, -value, value)
 
 
 @triton.jit
@@ -46,8 +33,8 @@ def _gate_up_kernel(x_ptr, ids_ptr, w_ptr, s_ptr, h_ptr, H: tl.constexpr, INTER:
     up = tl.zeros((BN,), tl.float32)
     for kb in range(H // BLOCK):
         x = tl.load(x_ptr + kb * BLOCK + cols).to(tl.float32)[None, :]
-        wg = _fp8_e4m3(tl.load(w + rows[:, None] * H + kb * BLOCK + cols[None, :]), NATIVE_FP8)
-        wu = _fp8_e4m3(tl.load(w + (INTER + rows[:, None]) * H + kb * BLOCK + cols[None, :]), NATIVE_FP8)
+        wg = fp8_e4m3(tl.load(w + rows[:, None] * H + kb * BLOCK + cols[None, :]), NATIVE_FP8)
+        wu = fp8_e4m3(tl.load(w + (INTER + rows[:, None]) * H + kb * BLOCK + cols[None, :]), NATIVE_FP8)
         gate += tl.sum(wg * x, axis=1) * tl.load(gate_scales + kb)
         up += tl.sum(wu * x, axis=1) * tl.load(up_scales + kb)
     tl.store(h_ptr + slot * INTER + rows, gate / (1.0 + tl.exp(-gate)) * up)
@@ -67,7 +54,7 @@ def _down_kernel(h_ptr, ids_ptr, top_ptr, w_ptr, s_ptr, y_ptr, H: tl.constexpr, 
         y = tl.zeros((BN,), tl.float32)
         for kb in range(INTER // BLOCK):
             h = tl.load(h_ptr + slot * INTER + kb * BLOCK + cols)[None, :]
-            wd = _fp8_e4m3(tl.load(w + rows[:, None] * INTER + kb * BLOCK + cols[None, :]), NATIVE_FP8)
+            wd = fp8_e4m3(tl.load(w + rows[:, None] * INTER + kb * BLOCK + cols[None, :]), NATIVE_FP8)
             y += tl.sum(wd * h, axis=1) * tl.load(scales + kb)
         out += y * tl.load(top_ptr + slot)
     tl.store(y_ptr + rows, out)

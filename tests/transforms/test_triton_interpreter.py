@@ -1,4 +1,4 @@
-"""Runs interpret_triton_moe.py (triton_fp8_moe through the Triton interpreter on CPU) in a subprocess with
+"""Runs each interpret_*.py (Triton transforms through the Triton interpreter on CPU) in a subprocess with
 TRITON_INTERPRET=1: triton reads the flag when it is imported, so it cannot be switched on inside a session
 that may already have imported triton, and must not leak into GPU tests of the same session."""
 from __future__ import annotations
@@ -13,10 +13,11 @@ import pytest
 HERE = Path(__file__).resolve().parent
 
 
-def test_triton_moe_under_the_interpreter():
+@pytest.mark.parametrize("script", sorted(p.name for p in HERE.glob("interpret_*.py")))
+def test_under_the_interpreter(script):
     pytest.importorskip("triton")
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(HERE / "interpret_triton_moe.py")],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(HERE / script)],
         env=os.environ | {"TRITON_INTERPRET": "1"}, cwd=HERE.parents[1], capture_output=True, text=True, timeout=600,
         check=False,
     )

@@ -1,0 +1,128 @@
+"""The routed experts of many tokens (a prefill) as two grouped Triton GEMMs over the block-FP8 expert stacks:
+(token, slot) pairs are sorted by expert into blocks of BLOCK_M pairs that share one expert, so each used
+expert's FP8 tiles are read once per block (not once per token) and multiplied on the tensor cores with tl.dot.
+(1) gate|up over 128-wide K blocks, each partial product times its tile scale, then silu(gate) * up;
+(2) down, times the pair's routing weight; the k slots of a token are summed afterwards. fp32 accumulation.
+The block layout is built on the device with sorts and scans, so there is no host sync; the launch grid
+depends only on the token count and the kernels compile once (no shape is a compile-time constant but the
+model's).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .fp8_bits import fp8_e4m3
+from .grouped_moe_params import BLOCK_M, BLOCK_N, NUM_WARPS
+
+
+@triton.jit
+def _gate_up_kernel(x_ptr, pairs_ptr, experts_ptr, w_ptr, s_ptr, h_ptr, K_SLOTS: tl.constexpr, H: tl.constexpr,
+                    INTER: tl.constexpr, BLOCK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+                    NATIVE_FP8: tl.constexpr, IEEE: tl.constexpr):
+    block = tl.program_id(0)
+    tile = tl.program_id(1)
+    expert = tl.load(experts_ptr + block)
+    if expert >= 0:  # blocks past the used ones hold no pairs
+        slots = block * BM + tl.arange(0, BM)
+        pair = tl.load(pairs_ptr + slots)
+        token = tl.where(pair >= 0, pair // K_SLOTS, 0)
+        rows = tile * BN + tl.arange(0, BN)
+        cols = tl.arange(0, BLOCK)
+        w = w_ptr + expert.to(tl.int64) * (2 * INTER * H)
+        s = s_ptr + expert * ((2 * INTER // BLOCK) * (H // BLOCK))
+        gate_scales = s + (tile * BN // BLOCK) * (H // BLOCK)  # a BN-row tile lies inside one scale block
+        up_scales = s + ((INTER + tile * BN) // BLOCK) * (H // BLOCK)
+        gate = tl.zeros((BM, BN), tl.float32)
+        up = tl.zeros((BM, BN), tl.float32)
+        for kb in range(H // BLOCK):
+            x = tl.load(x_ptr + token[:, None] * H + kb * BLOCK + cols[None, :], mask=(pair >= 0)[:, None],
+                        other=0.0)
+            wg = fp8_e4m3(tl.load(w + rows[None, :] * H + kb * BLOCK + cols[:, None]), NATIVE_FP8).to(x.dtype)
+            wu = fp8_e4m3(tl.load(w + (INTER + rows[None, :]) * H + kb * BLOCK + cols[:, None]),
+                          NATIVE_FP8).to(x.dtype)
+            if IEEE:
+                gate += tl.dot(x, wg, input_precision="ieee") * tl.load(gate_scales + kb)
+                up += tl.dot(x, wu, input_precision="ieee") * tl.load(up_scales + kb)
+            else:
+                gate += tl.dot(x, wg) * tl.load(gate_scales + kb)
+                up += tl.dot(x, wu) * tl.load(up_scales + kb)
+        h = gate / (1.0 + tl.exp(-gate)) * up
+        tl.store(h_ptr + slots[:, None] * INTER + rows[None, :], h.to(h_ptr.dtype.element_ty))
+
+
+@triton.jit
+def _down_kernel(h_ptr, pairs_ptr, experts_ptr, top_ptr, w_ptr, s_ptr, y_ptr, H: tl.constexpr, INTER: tl.constexpr,
+                 BLOCK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, NATIVE_FP8: tl.constexpr,
+                 IEEE: tl.constexpr):
+    block = tl.program_id(0)
+    tile = tl.program_id(1)
+    expert = tl.load(experts_ptr + block)
+    if expert >= 0:
+        slots = block * BM + tl.arange(0, BM)
+        pair = tl.load(pairs_ptr + slots)
+        rows = tile * BN + tl.arange(0, BN)
+        cols = tl.arange(0, BLOCK)
+        w = w_ptr + expert.to(tl.int64) * (H * INTER)
+        scales = s_ptr + expert * ((H // BLOCK) * (INTER // BLOCK)) + (tile * BN // BLOCK) * (INTER // BLOCK)
+        y = tl.zeros((BM, BN), tl.float32)
+        for kb in range(INTER // BLOCK):
+            h = tl.load(h_ptr + slots[:, None] * INTER + kb * BLOCK + cols[None, :])
+            wd = fp8_e4m3(tl.load(w + rows[None, :] * INTER + kb * BLOCK + cols[:, None]), NATIVE_FP8).to(h.dtype)
+            if IEEE:
+                y += tl.dot(h, wd, input_precision="ieee") * tl.load(scales + kb)
+            else:
+                y += tl.dot(h, wd) * tl.load(scales + kb)
+        weight = tl.load(top_ptr + pair, mask=pair >= 0, other=0.0)
+        tl.store(y_ptr + pair[:, None] * H + rows[None, :], y * weight[:, None], mask=(pair >= 0)[:, None])
+
+
+def _blocks(experts: torch.Tensor, num_experts: int, bm: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Expert ids (T, k) -> (pair index per padded slot (num_blocks * bm,), -1 = padding; expert per block
+    (num_blocks,), -1 = unused). Each expert's pairs fill ceil(count / bm) consecutive blocks; num_blocks is the
+    bound ceil(T k / bm) + min(E, T k), so no count has to be read back to the host."""
+    flat = experts.flatten()
+    pairs = flat.numel()
+    num_blocks = -(-pairs // bm) + min(num_experts, pairs)
+    order = torch.argsort(flat, stable=True)
+    counts = torch.zeros(num_experts, dtype=torch.long, device=flat.device).index_add_(0, flat, torch.ones_like(flat))
+    padded = (counts + bm - 1) // bm * bm
+    first_padded = torch.cumsum(padded, 0) - padded
+    first = torch.cumsum(counts, 0) - counts
+    sorted_experts = flat[order]
+    dest = first_padded[sorted_experts] + torch.arange(pairs, device=flat.device) - first[sorted_experts]
+    slot_pairs = torch.full((num_blocks * bm,), -1, dtype=torch.long, device=flat.device)
+    slot_pairs[dest] = order
+    block_experts = torch.full((num_blocks,), -1, dtype=torch.long, device=flat.device)
+    block_experts[dest // bm] = sorted_experts
+    return slot_pairs, block_experts
+
+
+def grouped_fp8_experts(x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor, gate_up: torch.Tensor,
+                        gate_up_scale: torch.Tensor, down: torch.Tensor, down_scale: torch.Tensor,
+                        block: int) -> torch.Tensor:
+    """sum over slots of weights[t, s] * expert_{experts[t, s]}(x[t]): x (T, H), weights fp32 and experts (T, k),
+    FP8 stacks gate_up (E, 2I, H) and down (E, H, I) with their (E, rows/block, cols/block) scales
+    -> (T, H) fp32."""
+    T, k = experts.shape
+    E, two_inter, H = gate_up.shape
+    inter = two_inter // 2
+    bn = min(BLOCK_N, block)
+    if block % bn or inter % bn or H % bn or block < 16:
+        raise ValueError(f"grouped_fp8_experts: block {block} must be >= 16 and BLOCK_N {bn} must divide it, "
+                         f"the hidden size {H} and the expert width {inter}")
+    if not (x.is_contiguous() and gate_up.is_contiguous() and down.is_contiguous()):
+        raise ValueError("grouped_fp8_experts indexes x and the expert stacks as contiguous arrays")
+    slot_pairs, block_experts = _blocks(experts, E, BLOCK_M)
+    hidden = torch.empty((slot_pairs.numel(), inter), dtype=x.dtype, device=x.device)
+    y = torch.empty((T * k, H), dtype=torch.float32, device=x.device)
+    native, ieee = x.is_cuda, x.dtype == torch.float32
+    grid = (block_experts.numel(),)
+    _gate_up_kernel[grid + (inter // bn,)](x, slot_pairs, block_experts, gate_up.view(torch.uint8), gate_up_scale,
+                                           hidden, k, H, inter, block, BLOCK_M, bn, native, ieee,
+                                           num_warps=NUM_WARPS)
+    _down_kernel[grid + (H // bn,)](hidden, slot_pairs, block_experts, weights.contiguous().view(-1),
+                                    down.view(torch.uint8), down_scale, y, H, inter, block, BLOCK_M, bn, native, ieee,
+                                    num_warps=NUM_WARPS)
+    return y.view(T, k, H).sum(dim=1)

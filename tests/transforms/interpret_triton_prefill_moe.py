@@ -1,0 +1,95 @@
+"""triton_prefill_moe on CPU through the Triton interpreter, run by test_cuda_triton_moe.py in a process started
+with TRITON_INTERPRET=1: the grouped kernels equal the reference MoE's expert loop (skewed and spread routing,
+1 to 300 tokens, a block size the pairs do not fill), and the transformed reference engine's teacher-forced logits
+match the reference on drama3-tiny. The native FP8 path runs in tests/gpu/."""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+
+import pytest
+import torch
+from test_cuda_graphs import REFERENCE, load, transformed
+
+from candidates.repo import engine_files
+from knowledge_base.transforms.cuda_graph_frame import cuda_graph_frame
+from knowledge_base.transforms.moe import fp8_dequant_at_build
+from knowledge_base.transforms.triton_prefill_moe import triton_prefill_moe
+from reference_runtime.api import TTSRequest
+from reference_runtime.config import get_config
+from reference_runtime.fp8 import dequantize_blocks, quantize_blocks
+from reference_runtime.model import build_engine
+from reference_runtime.prompt import build_rows
+from reference_runtime.teacher_forcing import teacher_forced
+from reference_runtime.weights import init_weights
+
+pytest.importorskip("triton")
+assert os.environ.get("TRITON_INTERPRET") == "1", "run through test_cuda_triton_moe.py (TRITON_INTERPRET=1)"
+CFG = get_config("drama3-tiny")
+
+
+@pytest.fixture(scope="module")
+def pkg(tmp_path_factory):
+    return load(transformed(engine_files(REFERENCE), [triton_prefill_moe]), tmp_path_factory.mktemp("pkg"))
+
+
+def _loop(x, weights, experts, gate_up, gate_up_scale, down, down_scale, block):
+    """The reference's routed-expert loop, in fp32."""
+    out = torch.zeros(x.shape)
+    for e in experts.unique().tolist():
+        rows, slot = (experts == e).nonzero(as_tuple=True)
+        gate, up = (x[rows] @ dequantize_blocks(gate_up[e], gate_up_scale[e], block).T).chunk(2, dim=-1)
+        out.index_add_(0, rows, (torch.nn.functional.silu(gate) * up) @ dequantize_blocks(down[e], down_scale[e],
+                                                                                          block).T
+                       * weights[rows, slot][:, None])
+    return out
+
+
+def test_applies_to_the_reference_with_or_without_other_moe_transforms():
+    assert triton_prefill_moe.requires == () and triton_prefill_moe.devices == frozenset({"cuda"})
+    for base in ([], [fp8_dequant_at_build], [cuda_graph_frame]):
+        files = transformed(engine_files(REFERENCE), base)
+        for params in triton_prefill_moe.variants():
+            triton_prefill_moe.apply(files, params)
+
+
+@pytest.mark.parametrize(("tokens", "skew"), [(1, False), (7, True), (40, False), (300, True)])
+def test_grouped_kernels_match_the_expert_loop(pkg, tokens, skew):
+    kernels = importlib.import_module(f"{pkg.__name__}.grouped_moe")
+    E, H, inter, block, k = 8, 64, 32, 16, 2
+    gen = torch.Generator().manual_seed(tokens)
+    gate_up, gate_up_scale = quantize_blocks(torch.randn(E, 2 * inter, H, generator=gen) / H ** 0.5, block)
+    down, down_scale = quantize_blocks(torch.randn(E, H, inter, generator=gen) / inter ** 0.5, block)
+    x = torch.randn(tokens, H, generator=gen)
+    scores = torch.rand(tokens, E, generator=gen) + (torch.arange(E) == 3) * 10 * skew  # skew: expert 3 in all
+    top, experts = scores.topk(k, dim=-1)
+    weights = top / top.sum(-1, keepdim=True)
+    got = kernels.grouped_fp8_experts(x, weights, experts, gate_up, gate_up_scale, down, down_scale, block)
+    want = _loop(x, weights, experts, gate_up, gate_up_scale, down, down_scale, block)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_blocks_hold_one_expert_each(pkg):
+    kernels = importlib.import_module(f"{pkg.__name__}.grouped_moe")
+    experts = torch.tensor([[3, 1], [3, 0], [3, 1], [2, 3]])
+    slot_pairs, block_experts = kernels._blocks(experts, 8, 2)
+    assert block_experts.numel() == 4 + 8 and slot_pairs.numel() == 24  # ceil(8 pairs / 2) + min(8 experts, 8)
+    flat = experts.flatten()
+    for b, e in enumerate(block_experts.tolist()):
+        pairs = [p for p in slot_pairs[2 * b:2 * b + 2].tolist() if p >= 0]
+        assert (e < 0) == (not pairs) and all(flat[p] == e for p in pairs)
+    assert sorted(p for p in slot_pairs.tolist() if p >= 0) == list(range(8))  # every pair exactly once
+
+
+def test_engine_teacher_forced_logits_match_reference(pkg):
+    weights = init_weights(CFG, seed=0, device="cpu")
+    ref, eng = build_engine(CFG, weights, "cpu"), pkg.build_engine(CFG, weights, "cpu")
+    request = TTSRequest(text="Hello there", max_frames=3, ignore_eos=True, seed=1)
+    frames = ref.generate(request).frames
+    rows = build_rows(CFG, request, ref.tokenizer)
+    before = ref.model.backbone.expert_counts()
+    want, got = teacher_forced(ref, rows, frames), teacher_forced(eng, rows, frames)
+    torch.testing.assert_close(got.main, want.main, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(got.codes, want.codes, atol=1e-4, rtol=1e-4)
+    assert torch.equal(eng.model.backbone.expert_counts(), ref.model.backbone.expert_counts() - before)
