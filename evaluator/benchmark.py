@@ -147,21 +147,26 @@ def audit(pool: Pool, oracle: Worker, trial: Trial, target: Target, deadline: De
         raise Rejected(Status.CHEAT_SUSPECTED, evidence)
 
 
-def paired_ratios(trials: list[Trial]) -> list[float]:
-    """candidate/baseline frames/s of each timed pair (one request, both engines)."""
+def _pairs(trials: list[Trial]) -> list[tuple[Trial, Trial]]:
+    """(candidate, baseline) trials of each timed pair (one request, both engines)."""
     pairs: dict[int, dict[str, Trial]] = {}
     for x in trials:
         if x.timed:
             pairs.setdefault(x.pair, {})[x.engine] = x
-    return [p["candidate"].frames_per_s / p["baseline"].frames_per_s for p in pairs.values()]
+    return [(p["candidate"], p["baseline"]) for p in pairs.values()]
+
+
+def paired_ratios(trials: list[Trial]) -> list[float]:
+    """candidate/baseline frames/s of each timed pair."""
+    return [c.frames_per_s / b.frames_per_s for c, b in _pairs(trials)]
 
 
 def spread(trials: list[Trial]) -> float:
-    """The largest relative IQR of frames/s over (engine, prompt) groups of timed trials."""
-    groups: dict[tuple[str, str], list[float]] = {}
-    for x in trials:
-        if x.timed:
-            groups.setdefault((x.engine, x.prompt), []).append(x.frames_per_s)
+    """The largest relative IQR of the paired ratios over the prompts. Ratios, not each engine's frames/s: every
+    trial has a fresh input whose length moves both engines' times together, which is not noise."""
+    groups: dict[str, list[float]] = {}
+    for c, b in _pairs(trials):
+        groups.setdefault(c.prompt, []).append(c.frames_per_s / b.frames_per_s)
     return max(rel_iqr(v) for v in groups.values())
 
 
