@@ -6,8 +6,8 @@
 
 One weight dict serves the reference engine and each transformed engine (built one at a time). Per engine:
 teacher-forced logits vs the reference on 2 prompts x 16 frames (the evaluator's check_logits, H200 target
-tolerances), decode ms/frame (CUDA events and synchronised wall clock), prefill time, streaming TTFA (1-frame
-first chunk) and RTF over --frames frames, peak memory, and a per-stage breakdown from separately captured stage
+tolerances), decode ms/frame (CUDA events and synchronised wall clock), and for each of the seed's three prompts
+the prefill time and streaming TTFA (1-frame first chunk), frames/s and RTF over --frames frames; peak memory, and a per-stage breakdown from separately captured stage
 graphs. A failing engine is reported and the next one runs; the JSON is rewritten after every engine.
 """
 from __future__ import annotations
@@ -51,6 +51,11 @@ RECIPES: dict[str, tuple[tuple[str, dict], ...]] = {
     "graph_unfused": (("cuda_graph_frame", {"fuse_projections": False}), ("cuda_graph_codec", {})),
     "graph_triton_compiled": (("cuda_graph_frame", {"compile_steps": True}), ("cuda_graph_codec", {}),
                               ("triton_fp8_moe", {})),
+    "fast": (("cuda_graph_frame", {}), ("cuda_graph_codec", {}), ("triton_fp8_moe", {}), ("triton_prefill_moe", {}),
+             ("triton_deltanet", {})),
+    "fast_moe_only": (("cuda_graph_frame", {}), ("cuda_graph_codec", {}), ("triton_fp8_moe", {}),
+                      ("triton_prefill_moe", {})),
+    "reference_prefill": (("triton_prefill_moe", {}), ("triton_deltanet", {})),
     "graph_h5moe": (("fp8_dequant_at_build", {}), ("moe_dispatch", {"max_tokens": 64}), ("cuda_graph_frame", {}),
                     ("cuda_graph_codec", {})),
 }
@@ -67,6 +72,14 @@ class Correctness:
 
 
 @dataclass
+class PromptTiming:
+    prefill_ms: float  # median of 3 prefill calls, wall clock after synchronize
+    ttfa_ms: float  # medians over the streamed trials
+    frames_per_s: float
+    rtf: float
+
+
+@dataclass
 class Report:
     engine: str
     transforms: list[str]
@@ -76,12 +89,10 @@ class Report:
     decode_ms_wall: float | None = None
     decode_frames_per_s: float | None = None
     decode_sync_free: bool | None = None
-    prefill_ms: float | None = None
-    ttfa_ms: float | None = None
-    stream_frames_per_s: float | None = None
-    rtf: float | None = None
+    prompts: dict[str, PromptTiming] = field(default_factory=dict)
     peak_gib: float | None = None
     stages_ms: dict[str, float] = field(default_factory=dict)
+    kernels: list[tuple[str, float, float]] = field(default_factory=list)  # (kernel, device ms, calls) per frame
     error: str | None = None
 
 
@@ -138,7 +149,7 @@ def check(engine, oracle: dict, config, tol) -> list[Correctness]:
 def time_engine(report: Report, engine, config, frames: int, trials: int) -> None:
     requests = bench_requests(config, frames)
     rows = build_rows(config, requests["hello"], engine.tokenizer).to(engine.device)
-    report.prefill_ms = wall_ms(lambda: engine.prefill(rows, SamplingParams(), 0), 3)
+    engine.prefill(rows, SamplingParams(), 0)
     engine.decode_frame()  # lazy capture or setup, untimed
     report.decode_ms_events = events_ms(engine.decode_frame, frames)
     engine.prefill(rows, SamplingParams(), 0)
@@ -156,11 +167,14 @@ def time_engine(report: Report, engine, config, frames: int, trials: int) -> Non
         finally:
             torch.cuda.set_sync_debug_mode("default")
     schedule = StreamSchedule(first_chunk_frames=1)
-    measure_trial(engine, requests["hello"], schedule)  # warm-up trial
-    results = [measure_trial(engine, requests["hello"], schedule) for _ in range(trials)]
-    report.ttfa_ms = statistics.median(r.ttfa_ms for r in results)
-    report.stream_frames_per_s = statistics.median(r.frames_per_s for r in results)
-    report.rtf = statistics.median(r.rtf for r in results)
+    for name, request in requests.items():
+        prompt_rows = build_rows(config, request, engine.tokenizer).to(engine.device)
+        prefill_ms = wall_ms(lambda r=prompt_rows: engine.prefill(r, SamplingParams(), 0), 3)
+        measure_trial(engine, request, schedule)  # warm-up trial
+        results = [measure_trial(engine, request, schedule) for _ in range(trials)]
+        report.prompts[name] = PromptTiming(prefill_ms, statistics.median(r.ttfa_ms for r in results),
+                                            statistics.median(r.frames_per_s for r in results),
+                                            statistics.median(r.rtf for r in results))
 
 
 def codec_stages(report: Report, engine, config) -> None:
@@ -199,6 +213,28 @@ def graph_stages(report: Report, pkg, engine, config) -> None:
     s["tower_lm_head"] = s["predict"] - s["sampling"]
 
 
+def kernel_profile(report: Report, engine, config, frames: int = 4, top: int = 12) -> None:
+    """The decode frame run eagerly (same kernels as its graph, launched one by one) under the profiler: device
+    time and launches per frame of the costliest kernels, and their total."""
+    from torch.profiler import ProfilerActivity, profile
+
+    sampling = SamplingParams()
+    engine.prefill(build_rows(config, bench_requests(config, 1)["hello"], engine.tokenizer).to(engine.device),
+                   sampling, 0)
+    span = engine._span(engine._rows + frames)
+    with torch.inference_mode():
+        engine.program.run("frame", span, sampling)  # warm
+        sync()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(frames):
+                engine.program.run("frame", span, sampling)
+            sync()
+    rows = [(e.key, e.device_time_total / 1e3 / frames, e.count / frames) for e in prof.key_averages()
+            if e.device_time_total > 0]
+    rows.sort(key=lambda r: -r[1])
+    report.kernels = [("(all kernels)", sum(r[1] for r in rows), sum(r[2] for r in rows))] + rows[:top]
+
+
 def peak_gib() -> float | None:
     return torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None
 
@@ -219,6 +255,7 @@ def run_engine(name: str, steps, root: Path, weights, oracle, config, tol, args)
         codec_stages(report, engine, config)
         if hasattr(engine, "program") and engine.device.type == "cuda":
             graph_stages(report, pkg, engine, config)
+            kernel_profile(report, engine, config)
         report.peak_gib = peak_gib()
     except Exception as e:  # noqa: BLE001 - one engine's failure must not stop the others
         report.error = f"{type(e).__name__}: {e}"
@@ -236,17 +273,22 @@ def fmt(value: float | None, spec: str) -> str:
 
 
 def print_table(reports: list[Report]) -> None:
-    print(f"\n{'engine':<14} {'gate':<5} {'max_err':>8} {'top1':>6} {'ms/frame':>9} {'wall':>7} {'fps':>7} "
-          f"{'sync0':>5} {'prefill':>8} {'TTFA ms':>8} {'RTF':>7} {'peakGiB':>8}")
+    print(f"\n{'engine':<18} {'gate':<5} {'max_err':>8} {'top1':>6} {'ms/frame':>9} {'wall':>7} {'fps':>7} "
+          f"{'sync0':>5} {'peakGiB':>8}")
     for r in reports:
         gate = "-" if not r.correctness else ("ok" if not any(c.problems for c in r.correctness) else "FAIL")
         err = max((c.max_abs_err or 0.0 for c in r.correctness), default=None)
         top1 = min((c.top1 or 0.0 for c in r.correctness), default=None)
-        print(f"{r.engine:<14} {gate:<5} {fmt(err, '8.4f')} {fmt(top1, '6.3f')} {fmt(r.decode_ms_events, '9.3f')} "
+        print(f"{r.engine:<18} {gate:<5} {fmt(err, '8.4f')} {fmt(top1, '6.3f')} {fmt(r.decode_ms_events, '9.3f')} "
               f"{fmt(r.decode_ms_wall, '7.3f')} {fmt(r.decode_frames_per_s, '7.1f')} {r.decode_sync_free!s:>5} "
-              f"{fmt(r.prefill_ms, '8.1f')} {fmt(r.ttfa_ms, '8.1f')} {fmt(r.rtf, '7.4f')} {fmt(r.peak_gib, '8.1f')}")
+              f"{fmt(r.peak_gib, '8.1f')}")
+        for name, t in r.prompts.items():
+            print(f"    {name:<10} prefill {t.prefill_ms:8.1f} ms  TTFA {t.ttfa_ms:8.1f} ms  "
+                  f"{t.frames_per_s:7.1f} frames/s  RTF {t.rtf:.4f}")
         if r.stages_ms:
             print("    stages ms: " + ", ".join(f"{k}={v:.3f}" for k, v in r.stages_ms.items()))
+        for kernel, ms, calls in r.kernels:
+            print(f"    kernel {ms:7.3f} ms/frame {calls:6.0f} calls  {kernel[:90]}")
         for c in r.correctness:
             for p in c.problems:
                 print(f"    {c.prompt}: {p}")
