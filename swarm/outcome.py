@@ -80,7 +80,7 @@ def retain(candidate: CandidateRecord, proposal: Proposal, verdict: Verdict, sec
                           speedup_vs_reference=parent.speedup_vs_reference * figures.speedup)
         summary = f"{candidate.title}: kept, {figures.speedup:.3f}x frames/s over {parent.id}"
     else:
-        summary = f"{candidate.title}: {verdict.status.value}: {verdict.summary}"
+        summary = f"{candidate.title} on {parent.id}: {verdict.status.value}: {verdict.summary}"
     lesson = LessonRecord(run_id=candidate.run_id, candidate_id=candidate.id, feature=feature_of(proposal),
                           outcome=lesson_outcome(verdict, kept is not None), summary=summary,
                           evidence=_evidence_text(verdict), architecture=key.architecture)

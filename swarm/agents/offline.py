@@ -41,8 +41,8 @@ class OfflineAgent:
         worked = [t for t, score in ranking if score == 2]
         chosen = _stack(good, context.parent_files, failed) if context.slot == 0 else []
         unproven = [c for c in chosen if c.transform not in worked]
-        if unproven and (len(chosen) == 1 or _tried(chosen, context)):
-            chosen = []  # this exact stack (or lone promising transform) was measured already: explore instead
+        if unproven and _tried(chosen, context):
+            chosen = []  # this exact stack (or lone promising transform) was measured here already: explore instead
         if not chosen:  # explore
             fresh = [t for t, score in ranking if score == 0] or [t for t, _ in ranking]
             k = context.slot - (1 if good else 0)
@@ -104,10 +104,12 @@ def _first_variant(transform: Transform, files: dict[str, str], failed: str, ski
 
 
 def _tried(chosen: list[_Choice], context: ProposalContext) -> bool:
-    """Whether a proposal titled like this stack was already evaluated (its lesson or failure cites the title)."""
+    """Whether this stack was already evaluated on this parent, or failed anywhere (a lesson or failure cites its
+    title). A promising stack measured on another parent is a new experiment here: on a faster parent the
+    same change can be a larger share of the time."""
     title = " + ".join(c.label for c in chosen)
-    return any(text.startswith(title + ":") or text.startswith(title + " (")
-               for text in [*context.failures, *(x.summary for x in context.lessons)])
+    return any(text.startswith(f"{title} on {context.parent_id}:") for text in (x.summary for x in context.lessons)) \
+        or any(text.startswith(title + " (") for text in context.failures)
 
 
 def _stack(transforms: list[Transform], files: dict[str, str], failed: str) -> list[_Choice]:

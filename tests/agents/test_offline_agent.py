@@ -66,8 +66,9 @@ def test_two_transforms_that_worked_are_composed(reference_run):
 
 
 def test_promising_transforms_are_stacked_into_one_candidate(reference_run):
-    lessons = [Lesson(feature="fp8_moe", outcome="promising", summary="fp8_dequant_at_build(): slower: 1.05x"),
-               Lesson(feature="gated_attention", outcome="promising", summary="gqa_sdpa(): slower: 1.02x"),
+    lessons = [Lesson(feature="fp8_moe", outcome="promising",
+                      summary="fp8_dequant_at_build() on reference: slower: 1.05x"),
+               Lesson(feature="gated_attention", outcome="promising", summary="gqa_sdpa() on reference: slower: 1.02x"),
                Lesson(feature="sampling", outcome="failed", summary="topk_first_sampling(): mismatch")]
     stacked = OfflineAgent("o").propose(context_for(reference_run.files, iteration=1, slot=0, lessons=lessons))
     assert sorted(stacked.transforms) == ["fp8_dequant_at_build", "gqa_sdpa"]
@@ -75,9 +76,13 @@ def test_promising_transforms_are_stacked_into_one_candidate(reference_run):
     assert not set(explored.transforms) & {"fp8_dequant_at_build", "gqa_sdpa", "topk_first_sampling"}
     alone = OfflineAgent("o").propose(context_for(reference_run.files, iteration=1, slot=0, lessons=lessons[:1]))
     assert alone.transforms != ["fp8_dequant_at_build"]  # measured already; nothing to stack it with yet
-    tried = lessons + [Lesson(feature="fp8_moe", outcome="promising", summary=f"{stacked.title}: slower: 1.04x")]
+    tried = lessons + [Lesson(feature="fp8_moe", outcome="promising",
+                              summary=f"{stacked.title} on reference: slower: 1.04x")]
     again = OfflineAgent("o").propose(context_for(reference_run.files, iteration=2, slot=0, lessons=tried))
     assert again.title != stacked.title  # the same stack again would be a duplicate: explore instead
+    elsewhere = OfflineAgent("o").propose(context_for(reference_run.files, iteration=2, slot=0, lessons=tried,
+                                                      parent_id="run-001.i001.s0"))
+    assert elsewhere.title == stacked.title  # on another parent it is a new measurement
 
 
 def test_a_lineage_of_offline_proposals_stacks_every_cpu_transform(reference_run, load_package):
