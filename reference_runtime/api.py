@@ -3,7 +3,13 @@ directory forked from it) implements, and what the evaluator calls.
 
 A candidate directory is a Python package whose `__init__.py` (or `engine.py`) defines
 
-    build_engine(config: Drama3Config, weights: Weights, device: torch.device) -> Engine
+    build_engine(config: Drama3Config, weights: Weights, device: torch.device,
+                 codec_device: torch.device | None = None) -> Engine
+
+`codec_device` places the codec (decode_audio, the audio of generate/stream) on a second device, e.g. "cuda:1"
+while generation runs on "cuda:0" (targets with `hardware.codec_gpu`); None means `device`. Codes should reach it
+device to device (see model/placement.py); audio is returned on CPU either way. The evaluator passes it only when
+the target sets codec_gpu.
 
 `weights` is the HF-layout tensor dict produced by `reference_runtime.weights` (seeded random init or a
 real checkpoint); an engine may re-layout, fuse or quantise it at build time, never change its values

@@ -16,10 +16,12 @@ from .drama3 import Drama3Model
 from .engine import ReferenceEngine
 
 
-def build_engine(config: Drama3Config, weights: Weights, device: torch.device | str) -> ReferenceEngine:
+def build_engine(config: Drama3Config, weights: Weights, device: torch.device | str,
+                 codec_device: torch.device | str | None = None) -> ReferenceEngine:
     device = torch.device(device)
+    codec_device = device if codec_device is None else torch.device(codec_device)
     model = Drama3Model(weights, config, device)
-    codec = Codec.from_weights(config.codec, weights, device, codec_dtype(device, model.backbone.dtype))
+    codec = Codec.from_weights(config.codec, weights, codec_device, codec_dtype(codec_device, model.backbone.dtype))
     return ReferenceEngine(config, model, codec, device)
 
 

@@ -21,6 +21,7 @@ from .backbone import LayerCache
 from .codec import Codec
 from .drama3 import Drama3Model
 from .kv_cache import KVCache
+from .placement import CodecStage
 from .sampling import draw_code, draw_main
 from .tower import is_semantic_token
 
@@ -39,6 +40,7 @@ class RequestState:
 class ReferenceEngine:
     def __init__(self, config: Drama3Config, model: Drama3Model, codec: Codec, device: torch.device) -> None:
         self.config, self.model, self.codec, self.device = config, model, codec, device
+        self.codec_stage = CodecStage(codec)  # the codec may sit on another device (build_engine's codec_device)
         self.tokenizer = load_tokenizer(config)
         self._request: RequestState | None = None
 
@@ -120,12 +122,12 @@ class ReferenceEngine:
                              f"got {tuple(codes.shape)}")
         if codes.shape[1] == 0:
             return torch.zeros(0)
-        return self.codec.decode(codes.to(self.device)).float().cpu()
+        return self.codec_stage.decode(codes)
 
     def generate(self, request: TTSRequest) -> Generation:
         frames = list(self._frames(request))
         stacked = torch.stack(frames) if frames else torch.zeros((0, ROW_WIDTH), dtype=torch.long)
-        return Generation(frames=stacked, audio=self.decode_audio(stacked[:, 1:].T))
+        return Generation(frames=stacked.cpu(), audio=self.decode_audio(stacked[:, 1:].T))
 
     def stream(self, request: TTSRequest, schedule: StreamSchedule) -> Iterator[AudioChunk]:
         """Chunks close when the frame count reaches a boundary of `schedule.chunk_ends` (a prefix of it, since
@@ -142,15 +144,16 @@ class ReferenceEngine:
             yield self._chunk(frames, emitted, len(frames), schedule.overlap_frames)
 
     def _frames(self, request: TTSRequest) -> Iterator[torch.Tensor]:
-        """Frames (11,) on CPU until EOS (excluded) or max_frames; ignore_eos keeps going through EOS frames."""
+        """Frames (11,) on the engine's device (the codec takes them from there) until EOS (excluded) or max_frames;
+        ignore_eos keeps going through EOS frames."""
         if not 1 <= request.max_frames <= self.config.max_new_frames:
             raise ValueError(f"max_frames={request.max_frames} must be in 1..config.max_new_frames="
                              f"{self.config.max_new_frames}")
         rows = build_rows(self.config, request, self.tokenizer).to(self.device)
         step = self.prefill(rows, request.sampling, request.seed)
         for n in range(1, request.max_frames + 1):
-            frame = step.frame.cpu()
-            if frame[0] == self.config.eos_token_id and not request.ignore_eos:
+            frame = step.frame.clone()  # a FrameStep may alias engine buffers (api.py)
+            if not request.ignore_eos and int(frame[0]) == self.config.eos_token_id:
                 return
             yield frame
             if n < request.max_frames:
