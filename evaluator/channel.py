@@ -40,6 +40,7 @@ class WorkerInit:
     weights: str  # "random" or a checkpoint directory
     weights_seed: int
     device: str
+    codec_device: str | None = None  # a second device for the codec (hardware.codec_gpu)
 
 
 class ChannelClosed(Exception):

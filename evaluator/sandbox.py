@@ -23,6 +23,7 @@ from targets.schema import Target
 from . import procs
 from .channel import CUDA_FAULT_MARKERS, ChannelClosed, ChannelTimeout, JudgeChannel, ProtocolError, WorkerInit
 from .confine import Confinement
+from .devices import worker_devices
 from .verdict import Status
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -83,22 +84,16 @@ def _fresh_uid() -> int | None:
     return uid
 
 
-def _environment(gpu_index: int | None) -> dict[str, str]:
+def _environment(visible_gpus: str | None) -> dict[str, str]:
     """An allow-list (no API keys or tokens); HOME and TMPDIR become the private tmp in confine()."""
     env = {k: v for k, v in os.environ.items() if k in PASS_ENV}
-    if gpu_index is not None:
-        env["CUDA_VISIBLE_DEVICES"] = str(gpu_index)  # a physical index: the worker sees only that GPU
+    if visible_gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = visible_gpus
     # The harness's own PYTHONPATH entries follow the repo: packages installed with `pip --target` must be
     # importable by the worker exactly as by the harness.
     path = os.pathsep.join([str(REPO_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
     return env | {"PYTHONPATH": path, "PYTHONSAFEPATH": "1", "PYTHONDONTWRITEBYTECODE": "1",
                   "PYTHONNOUSERSITE": "1"}
-
-
-def _device(target: Target, gpu_index: int | None) -> str:
-    if target.hardware.device == "cpu":
-        return "cpu"
-    return f"cuda:{0 if gpu_index is not None else target.hardware.generation_gpu}"
 
 
 class Worker:
@@ -107,6 +102,7 @@ class Worker:
     def __init__(self, role: str, target: Target, package_dir: Path | None, work_dir: Path,
                  gpu_index: int | None = None):
         self.role = role
+        devices = worker_devices(target.hardware, gpu_index, os.environ.get("CUDA_VISIBLE_DEVICES"))
         self.uid = _fresh_uid()
         self.limit_bytes = (target.hardware.memory_limit_gib or 0) * 2**30
         home = work_dir / role
@@ -129,7 +125,7 @@ class Worker:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "evaluator.worker", "--fd-in", str(to_child_r), "--fd-out", str(from_child_w)],
                 pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                env=_environment(gpu_index), cwd=tmp, start_new_session=True, close_fds=True)
+                env=_environment(devices.visible), cwd=tmp, start_new_session=True, close_fds=True)
         finally:
             for fd in (to_child_r, from_child_w, log):
                 os.close(fd)
@@ -141,7 +137,8 @@ class Worker:
                           confinement=Confinement(str(tmp), None if package_root is None else str(package_root),
                                                   self.uid),
                           config=target.model.config, weights=target.model.weights,
-                          weights_seed=target.model.weights_seed, device=_device(target, gpu_index))
+                          weights_seed=target.model.weights_seed, device=devices.device,
+                          codec_device=devices.codec_device)
         self._send(init, Deadline.after(30, "build"))
 
     # ---- exchanges

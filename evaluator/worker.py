@@ -53,8 +53,10 @@ def guarded(inputs: tuple[torch.Tensor, ...], call: Callable[[], object]) -> obj
 
 
 class Server:
-    def __init__(self, engine: object, device: torch.device, channel: WorkerChannel):
-        self.engine, self.device, self.channel = engine, device, channel
+    def __init__(self, engine: object, devices: tuple[torch.device, ...], channel: WorkerChannel):
+        self.engine, self.channel = engine, channel
+        self.device = devices[0]  # generation: the CUDA events time the stream there
+        self.devices = devices
 
     def serve(self) -> None:
         while True:
@@ -92,8 +94,7 @@ class Server:
         if cuda:
             start_event.record()
         for chunk in self.engine.stream(request, schedule):
-            if cuda:
-                torch.cuda.synchronize(self.device)
+            _synchronize(self.devices)
             frames = getattr(chunk, "frames", None)
             self.channel.send({
                 "kind": "chunk", "audio": plain(chunk.audio, "AudioChunk.audio", codes),
@@ -103,7 +104,7 @@ class Server:
         device_s = None
         if cuda:
             end_event = torch.cuda.Event(enable_timing=True)
-            torch.cuda.synchronize(self.device)
+            _synchronize(self.devices)
             end_event.record()
             end_event.synchronize()
             device_s = start_event.elapsed_time(end_event) / 1e3
@@ -128,10 +129,17 @@ def _load_weights(init: WorkerInit, device: torch.device):
     return loaded, weights
 
 
-def _build(init: WorkerInit, package_root: str | None, device: torch.device) -> tuple[object, str]:
+def _synchronize(devices: tuple[torch.device, ...]) -> None:
+    for device in devices:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+
+def _build(init: WorkerInit, package_root: str | None, devices: tuple[torch.device, ...]) -> tuple[object, str]:
     """The engine, and the fingerprint of the weights taken before any engine code was imported."""
     from reference_runtime.weights import weights_fingerprint
 
+    device = devices[0]
     config, weights = _load_weights(init, device)
     fingerprint = weights_fingerprint(weights)
     if package_root is not None:
@@ -140,14 +148,15 @@ def _build(init: WorkerInit, package_root: str | None, device: torch.device) -> 
     build = getattr(module, "build_engine", None)
     if not callable(build):
         raise AttributeError(f"{init.package} has no callable build_engine(config, weights, device)")
-    engine = build(config, weights, device)
+    # codec_device only when the target places the codec apart, so engines predating it build as before
+    placement = {} if init.codec_device is None else {"codec_device": devices[1]}
+    engine = build(config, weights, device, **placement)
     missing = [m for m in ENGINE_METHODS if not callable(getattr(engine, m, None))]
     missing += [a for a in ("config", "device") if not hasattr(engine, a)]
     if missing:
         raise AttributeError(f"build_engine returned a {type(engine).__name__} without {', '.join(missing)} "
                              "(see reference_runtime/api.py Engine)")
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    _synchronize(devices)
     return engine, fingerprint
 
 
@@ -165,8 +174,9 @@ def _error_reply(e: BaseException) -> dict:
     return {"kind": "error", "category": category, "message": text[:2000]}
 
 
-def _hardware(device: torch.device) -> str:
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
+def _hardware(devices: tuple[torch.device, ...]) -> str:
+    names = [torch.cuda.get_device_name(d) if d.type == "cuda" else platform.processor() or "cpu" for d in devices]
+    return names[0] + "".join(f" + codec on {n}" for n in names[1:])
 
 
 def _software() -> str:
@@ -186,17 +196,18 @@ def main() -> None:
     confined = confine(init.confinement)
     channel.send({"kind": "confined", "notes": confined.notes})  # before any engine code can interfere
     device = torch.device(init.device)
+    devices = (device,) if init.codec_device is None else (device, torch.device(init.codec_device))
     if device.type == "cuda":
         torch.cuda.set_device(device)
     started = time.perf_counter()
     try:
-        engine, fingerprint = _build(init, confined.package_root, device)
+        engine, fingerprint = _build(init, confined.package_root, devices)
     except Exception as e:
         channel.send(_error_reply(e))
         return
     channel.send({"kind": "ready", "fingerprint": fingerprint, "build_s": time.perf_counter() - started,
-                  "hardware": _hardware(device), "software": _software()})
-    server = Server(engine, device, channel)
+                  "hardware": _hardware(devices), "software": _software()})
+    server = Server(engine, devices, channel)
     try:
         server.serve()
     except Exception as e:

@@ -26,10 +26,20 @@ def _evaluate_task(evaluate: EvaluateFn, target: Target, candidate: dict[str, st
         write_files(candidate, Path(tmp, "candidate"))
         write_files(baseline, Path(tmp, "baseline"))
         start = time.monotonic()
-        # Ray narrows CUDA_VISIBLE_DEVICES to this task's GPUs, so the target's own indices apply within them.
         verdict = evaluate(Path(tmp, "candidate"), target, baseline_dir=Path(tmp, "baseline"),
                            work_dir=Path(tmp, "work"), secret_seed=secret_seed, calibration=calibration)
         return verdict, time.monotonic() - start
+
+
+def task_target(target: Target) -> Target:
+    """The target as a Ray task sees it: Ray narrows CUDA_VISIBLE_DEVICES to the task's GPUs, so generation is
+    the task's first GPU and the codec its second, whatever indices the target names on its own machine."""
+    hw = target.hardware
+    if hw.device == "cpu":
+        return target
+    two = hw.codec_gpu is not None
+    task_hw = hw.model_copy(update={"gpu_count": 2 if two else 1, "generation_gpu": 0, "codec_gpu": 1 if two else None})
+    return target.model_copy(update={"hardware": task_hw})
 
 
 def _calibrate_task(calibrate: CalibrateFn, target: Target, baseline: dict[str, str], secret_seed: int) -> Any:
@@ -53,8 +63,8 @@ class RayExecutor:
                 path = os.pathsep.join(p for p in (str(_REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
                 env = {"env_vars": {"PYTHONPATH": path}}
             ray.init(address=target.ray_address, runtime_env=env, include_dashboard=False, logging_level="WARNING")
-        hw = target.hardware
-        gpus = 0 if hw.device == "cpu" else (2 if hw.codec_gpu is not None else 1)
+        self._task_target = task_target(target)
+        gpus = self._task_target.hardware.gpu_count if target.hardware.device == "cuda" else 0
         self._eval_remote = ray.remote(num_gpus=gpus, max_retries=0)(_evaluate_task)
         self._calibrate_remote = ray.remote(num_gpus=gpus, max_retries=0)(_calibrate_task)
 
@@ -62,7 +72,7 @@ class RayExecutor:
                      ) -> Iterator[EvalResult]:
         refs = {}
         for job in jobs:
-            ref = self._eval_remote.remote(self._evaluate, self.target, engine_files(job.candidate_dir),
+            ref = self._eval_remote.remote(self._evaluate, self._task_target, engine_files(job.candidate_dir),
                                            engine_files(job.baseline_dir), job.secret_seed, job.calibration)
             refs[ref] = job
         pending = list(refs)
@@ -78,8 +88,8 @@ class RayExecutor:
                 self._ray.cancel(ref, force=True)
 
     def calibrate(self, baseline_dir: Path, work_dir: Path, secret_seed: int) -> Any:
-        return self._ray.get(self._calibrate_remote.remote(self._calibrate, self.target, engine_files(baseline_dir),
-                                                           secret_seed))
+        return self._ray.get(self._calibrate_remote.remote(self._calibrate, self._task_target,
+                                                           engine_files(baseline_dir), secret_seed))
 
     def close(self) -> None:
         if self._owns_ray:  # a cluster the caller connected to stays connected

@@ -39,6 +39,9 @@ class HardwareSpec(_Strict):
                 raise ValueError(f"GPU index {gpu} is outside gpu_count={self.gpu_count}")
         if self.device == "cpu" and self.codec_gpu is not None:
             raise ValueError("codec_gpu needs device: cuda")
+        if self.codec_gpu is not None and self.codec_gpu == self.generation_gpu:
+            raise ValueError("codec_gpu must differ from generation_gpu (leave it out to keep the codec on the "
+                             "generation GPU)")
         return self
 
 
