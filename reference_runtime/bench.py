@@ -66,6 +66,13 @@ class PromptBench:
     peak_gpu_mem_gib: float | None  # CUDA only
     trials: list[TrialResult]
 
+    @classmethod
+    def of(cls, name: str, prompt_rows: int, trials: list[TrialResult], peak_gpu_mem_gib: float | None = None
+           ) -> PromptBench:
+        return cls(name=name, prompt_rows=prompt_rows, ttfa_ms=Percentiles.of([r.ttfa_ms for r in trials]),
+                   frames_per_s=Percentiles.of([r.frames_per_s for r in trials], higher_is_better=True),
+                   rtf=Percentiles.of([r.rtf for r in trials]), peak_gpu_mem_gib=peak_gpu_mem_gib, trials=trials)
+
 
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
@@ -115,12 +122,7 @@ def bench_prompt(engine: Engine, name: str, request: TTSRequest, trials: int, wa
         torch.cuda.reset_peak_memory_stats(engine.device)
     results = [measure_trial(engine, request, schedule) for _ in range(trials)]
     peak = torch.cuda.max_memory_allocated(engine.device) / 2**30 if engine.device.type == "cuda" else None
-    return PromptBench(
-        name=name, prompt_rows=build_rows(engine.config, request).shape[0],
-        ttfa_ms=Percentiles.of([r.ttfa_ms for r in results]),
-        frames_per_s=Percentiles.of([r.frames_per_s for r in results], higher_is_better=True),
-        rtf=Percentiles.of([r.rtf for r in results]), peak_gpu_mem_gib=peak, trials=results,
-    )
+    return PromptBench.of(name, build_rows(engine.config, request).shape[0], results, peak)
 
 
 def format_table(results: list[PromptBench]) -> str:

@@ -101,8 +101,11 @@ def sync() -> None:
         torch.cuda.synchronize()
 
 
-def load_recipe(steps: tuple[tuple[str, dict], ...], root: Path, name: str):
-    files = engine_files(REPO / "reference_runtime" / "model")
+def load_recipe(steps: tuple[tuple[str, dict], ...], root: Path, name: str,
+                base: Path = REPO / "reference_runtime" / "model"):
+    """The engine package `base` with the transforms `steps` applied, written to root/name (root on sys.path)
+    and imported."""
+    files = engine_files(base)
     for transform_name, overrides in steps:
         transform = TRANSFORMS[transform_name]
         patches = transform.apply(files, next(transform.variants()) | overrides)
