@@ -154,6 +154,18 @@ def test_noise_is_exponential_and_keyed_by_seed_and_position(pkg):
     assert abs(torch.corrcoef(torch.stack((noise.flatten(), draw(0, 8).flatten())))[0, 1].item()) < 0.02
 
 
+def test_extreme_hashes_give_positive_noise_and_in_range_codes(pkg):
+    sampling = pkg.decode_sampling
+    noise = sampling.exponential(torch.tensor([0, 1, 2**31, 2**32 - 1]))
+    assert torch.isfinite(noise).all() and (noise > 0).all()
+    logits = torch.randn(CFG.tower.head_size)
+    for index in (0, CFG.codec.residual_codebook_size, CFG.tower.head_size - 1):  # the largest hash anywhere
+        bits = torch.randint(2**32, (CFG.tower.head_size,), generator=torch.Generator().manual_seed(index))
+        bits[index] = 2**32 - 1
+        code = sampling.draw_code(logits, SamplingParams(), CFG.codec.residual_codebook_size, sampling.exponential(bits))
+        assert 0 <= int(code) < CFG.codec.residual_codebook_size
+
+
 def test_decode_before_prefill_raises(pkg, weights):
     with pytest.raises(RuntimeError, match="prefill"):
         pkg.build_engine(CFG, weights, "cpu").decode_frame()

@@ -33,9 +33,15 @@ class NoiseTable:
 
     def draw(self, seed: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         key = _mix32(((seed ^ (seed >> 32)) * 0x9E3779B1 + pos) & MASK32)
-        bits = _mix32((_mix32(self.index ^ key) + key) & MASK32)
-        uniform = ((bits >> 8).to(torch.float32) + 0.5) * 2.0 ** -24  # in (0, 1): the noise is finite and > 0
-        return -torch.log(uniform)
+        return exponential(_mix32((_mix32(self.index ^ key) + key) & MASK32))
+
+
+def exponential(bits: torch.Tensor) -> torch.Tensor:
+    """32-bit hashes -> Exp(1) noise, finite and > 0. 23 bits, not 24: (2^24 - 0.5) / 2^24 rounds to 1.0 in
+    float32, whose noise 0 turns a masked probability into 0 / 0 = NaN, which argmax then picks (seen on the
+    H200: a code index past the codec's codebook)."""
+    uniform = ((bits >> 9).to(torch.float32) + 0.5) * 2.0 ** -23  # largest: 1 - 2^-24, exact in float32
+    return -torch.log(uniform)
 
 
 def race(logits: torch.Tensor, temperature: float, top_p: float, top_k: int, keep_crossing: bool,
