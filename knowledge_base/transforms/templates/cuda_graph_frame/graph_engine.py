@@ -133,7 +133,7 @@ class GraphEngine(ReferenceEngine):
     def generate(self, request: TTSRequest) -> Generation:
         blocks = list(self._blocks(request, []))
         frames = torch.cat(blocks) if blocks else torch.zeros((0, ROW_WIDTH), dtype=torch.long)
-        return Generation(frames=frames, audio=self.decode_audio(frames[:, 1:].T))
+        return Generation(frames=frames.cpu(), audio=self.decode_audio(frames[:, 1:].T))
 
     def stream(self, request: TTSRequest, schedule: StreamSchedule) -> Iterator[AudioChunk]:
         """Chunks close at schedule.chunk_ends' boundaries (as the reference's per-frame loop) and at the end."""
@@ -149,8 +149,10 @@ class GraphEngine(ReferenceEngine):
             yield self._chunk(frames, emitted, len(frames), schedule.overlap_frames)
 
     def _blocks(self, request: TTSRequest, boundaries: list[int]) -> Iterator[torch.Tensor]:
-        """Consecutive CPU frame blocks (k, 11) ending at each sync point (the given boundaries, every
-        EOS_CHECK_EVERY frames unless ignore_eos, and max_frames), stopping before the first EOS frame."""
+        """Consecutive frame blocks (k, 11) on the device ending at each sync point (the given boundaries, every
+        EOS_CHECK_EVERY frames unless ignore_eos, and max_frames), stopping before the first EOS frame. They stay
+        on the device so the codec stage takes their codes by a device copy (a peer copy when it sits on another
+        GPU); only the main-token column comes to the host, for the EOS check."""
         if not 1 <= request.max_frames <= self.config.max_new_frames:
             raise ValueError(f"max_frames={request.max_frames} must be in 1..config.max_new_frames="
                              f"{self.config.max_new_frames}")
@@ -164,8 +166,8 @@ class GraphEngine(ReferenceEngine):
             while made < stop:
                 self.decode_frame()
                 made += 1
-            block = self.state.buf.history[first + start:first + stop].cpu()
-            eos = (block[:, 0] == self.config.eos_token_id).nonzero() if not request.ignore_eos else []
+            block = self.state.buf.history[first + start:first + stop].clone()  # history is rewritten next request
+            eos = (block[:, 0].cpu() == self.config.eos_token_id).nonzero() if not request.ignore_eos else []
             if len(eos):
                 yield block[:int(eos[0, 0])]
                 return
