@@ -93,6 +93,7 @@ class Report:
     peak_gib: float | None = None
     stages_ms: dict[str, float] = field(default_factory=dict)
     kernels: list[tuple[str, float, float]] = field(default_factory=list)  # (kernel, device ms, calls) per frame
+    prefill_kernels: list[tuple[str, float, float]] = field(default_factory=list)  # the same, per voice prefill
     error: str | None = None
 
 
@@ -216,26 +217,34 @@ def graph_stages(report: Report, pkg, engine, config) -> None:
     s["tower_lm_head"] = s["predict"] - s["sampling"]
 
 
-def kernel_profile(report: Report, engine, config, frames: int = 4, top: int = 12) -> None:
-    """The decode frame run eagerly (same kernels as its graph, launched one by one) under the profiler: device
-    time and launches per frame of the costliest kernels, and their total."""
+def profiled(fn: Callable[[], object], repeats: int, top: int = 12) -> list[tuple[str, float, float]]:
+    """fn under the profiler: ("(all kernels)", device ms, launches) per call, then the costliest kernels."""
     from torch.profiler import ProfilerActivity, profile
 
-    sampling = SamplingParams()
-    engine.prefill(build_rows(config, bench_requests(config, 1)["hello"], engine.tokenizer).to(engine.device),
-                   sampling, 0)
-    span = engine._span(engine._rows + frames)
-    with torch.inference_mode():
-        engine.program.run("frame", span, sampling)  # warm
+    fn()  # warm
+    sync()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(repeats):
+            fn()
         sync()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(frames):
-                engine.program.run("frame", span, sampling)
-            sync()
-    rows = [(e.key, e.device_time_total / 1e3 / frames, e.count / frames) for e in prof.key_averages()
+    rows = [(e.key, e.device_time_total / 1e3 / repeats, e.count / repeats) for e in prof.key_averages()
             if e.device_time_total > 0]
     rows.sort(key=lambda r: -r[1])
-    report.kernels = [("(all kernels)", sum(r[1] for r in rows), sum(r[2] for r in rows))] + rows[:top]
+    return [("(all kernels)", sum(r[1] for r in rows), sum(r[2] for r in rows))] + rows[:top]
+
+
+def kernel_profile(report: Report, engine, config, frames: int = 4) -> None:
+    """The decode frame run eagerly (same kernels as its graph, launched one by one) and the voice prompt's
+    prefill, under the profiler: device time and launches per call of the costliest kernels, and their total
+    (for the prefill, set against its wall time: the gap is host overhead)."""
+    sampling = SamplingParams()
+    voice = build_rows(config, bench_requests(config, 1)["voice"], engine.tokenizer).to(engine.device)
+    report.prefill_kernels = profiled(lambda: engine.prefill(voice, sampling, 0), 2)
+    engine.prefill(build_rows(config, bench_requests(config, 1)["hello"], engine.tokenizer).to(engine.device),
+                   sampling, 0)
+    span = engine._span(engine._rows + 2 * frames)
+    with torch.inference_mode():
+        report.kernels = profiled(lambda: engine.program.run("frame", span, sampling), frames)
 
 
 def peak_gib() -> float | None:
@@ -292,6 +301,8 @@ def print_table(reports: list[Report]) -> None:
             print("    stages ms: " + ", ".join(f"{k}={v:.3f}" for k, v in r.stages_ms.items()))
         for kernel, ms, calls in r.kernels:
             print(f"    kernel {ms:7.3f} ms/frame {calls:6.0f} calls  {kernel[:90]}")
+        for kernel, ms, calls in r.prefill_kernels:
+            print(f"    prefill kernel {ms:7.3f} ms {calls:6.0f} calls  {kernel[:80]}")
         for c in r.correctness:
             for p in c.problems:
                 print(f"    {c.prompt}: {p}")
