@@ -126,3 +126,16 @@ def test_channel_refuses_oversized_messages():
     os.write(w, HEADER.pack(1 << 40))
     with pytest.raises(ProtocolError, match="cap"):
         JudgeChannel(r, w).recv(time.perf_counter() + 5, lambda: None)
+
+
+def test_closing_a_channel_twice_leaves_files_opened_since_alone():
+    channel = JudgeChannel(*os.pipe())
+    channel.close()
+    r, w = os.pipe()  # the lowest free numbers: the ones the channel just gave back
+    try:
+        channel.close()  # a worker killed on failure is killed again when its pool closes
+        os.write(w, b"x")
+        assert os.read(r, 1) == b"x"
+    finally:
+        os.close(r)
+        os.close(w)
