@@ -154,6 +154,12 @@ class KnowledgeStore:
             db.execute("UPDATE runs SET state = ?, stop_reason = ?, finished_at = ? WHERE id = ?",
                        (RunState.FINISHED.value, reason, _now(), run_id))
 
+    def reopen_run(self, run_id: str) -> None:
+        """A run stopped by its budget continues (the target's budget was raised)."""
+        with self._transaction() as db:
+            db.execute("UPDATE runs SET state = ?, stop_reason = '', finished_at = '' WHERE id = ?",
+                       (RunState.RUNNING.value, run_id))
+
     # candidates and verdicts
 
     def add_candidate(self, candidate: CandidateRecord) -> CandidateRecord:

@@ -105,7 +105,9 @@ class Swarm:
             raise ValueError(f"run {run_id} belongs to target {run.target_name!r}, not {self.target.name!r}; "
                              "pass that target's file")
         if run.state is RunState.FINISHED:
-            return RunOutcome(run_id, run.stop_reason, run.stop_reason == ACCEPTED)
+            if run.stop_reason == ACCEPTED or exhausted(self.target.budget, RunView.load(self.kb, run_id).spend(0.0)):
+                return RunOutcome(run_id, run.stop_reason, run.stop_reason == ACCEPTED)
+            self.kb.reopen_run(run_id)  # stopped by a budget the target file now raises: go on from where it was
         ledger = CostLedger(self.target.budget.dollars, spent_usd=run.spent_usd)
         agents = self.make_agents(ledger)
         return self._drive(run_id, self._open_log(run_id), ledger, agents, resumed=True)

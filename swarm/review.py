@@ -120,6 +120,8 @@ def render_summary(kb: KnowledgeStore, run_id: str, console: Console) -> None:
     """The closing lines of `swarm run`: kept engines with their speedup over the baseline, and what to run next."""
     view = RunView.load(kb, run_id)
     console.print(f"run {run_id} stopped: {view.run.stop_reason or view.run.state.value}")
+    if "budget spent" in view.run.stop_reason:
+        console.print(f"to continue it: raise the target's budget, then `swarm run TARGET --resume {run_id}`")
     if not view.kept:
         console.print(f"no engine kept (baseline {view.baseline.id}); `swarm kb show {run_id}` lists the verdicts")
         return

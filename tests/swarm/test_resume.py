@@ -70,3 +70,20 @@ def test_resume_after_kill_9_mid_evaluation(tmp_path):
     log = swarm_home() / "runs" / run_id / "events.jsonl"
     events = [json.loads(line)["kind"] for line in log.read_text().splitlines()]
     assert events.count("run_started") == 2 and events.count("noise_calibrated") == 1
+
+
+def test_a_run_stopped_by_its_budget_continues_once_the_target_raises_it(tmp_path):
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"1,0": 1.5, "2,0": 1.2, "3,0": 1.1}))
+    target_file = tmp_path / "target.json"
+    target_file.write_text(small_target(budget={"iterations": 1}).model_dump_json())
+    first, _ = _swarm(tmp_path, str(target_file), str(plan), "0").communicate(timeout=120)
+    run_id = first.split()[0]
+    again, _ = _swarm(tmp_path, str(target_file), str(plan), "0", run_id).communicate(timeout=120)
+    assert "iteration budget spent (1/1)" in again  # same budget: nothing more to do
+    target_file.write_text(small_target(budget={"iterations": 3}).model_dump_json())
+    raised, _ = _swarm(tmp_path, str(target_file), str(plan), "0", run_id).communicate(timeout=120)
+    assert f"{run_id} iteration budget spent (3/3)" in raised
+    kb = KnowledgeStore(kb_path(small_target()))
+    assert {c.iteration for c in kb.candidates(run_id)} == {1, 2, 3}
+    assert kb.run(run_id).state is RunState.FINISHED
