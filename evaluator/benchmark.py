@@ -177,4 +177,5 @@ def bench_result(name: str, trials: list[Trial]) -> BenchResult:
         mine = [x for x in trials if x.prompt == p]
         figures.append(prompt_figures(p, [x.ttfa_s * 1e3 for x in mine], [x.frames_per_s for x in mine],
                                       [x.rtf for x in mine]))
-    return BenchResult(engine=name, prompts=figures)
+    peaks = [x.run.peak_gib for x in trials if x.run.peak_gib is not None]
+    return BenchResult(engine=name, prompts=figures, peak_memory_gib=max(peaks) if peaks else None)

@@ -30,6 +30,7 @@ class StreamRun:
     chunks: list[Chunk]
     worker_s: float  # what the worker says it took (cross-checked, never trusted)
     device_s: float | None  # CUDA-event time, CUDA only
+    peak_gib: float | None = None  # the worker's peak GPU memory so far, CUDA only
 
     @property
     def audio(self) -> torch.Tensor:
@@ -56,9 +57,10 @@ def stream_once(worker: Worker, request: TTSRequest, schedule: StreamSchedule, d
                                 _int(message.get("frame_end")), tensor_or_none(message.get("frames")), at))
         else:
             done = message
-    device_s = done.get("device_s")
+    device_s, peak = done.get("device_s"), done.get("peak_gib")
     return StreamRun(sent=sent, chunks=chunks, worker_s=_float(done.get("worker_s")),
-                     device_s=_float(device_s) if device_s is not None else None)
+                     device_s=_float(device_s) if device_s is not None else None,
+                     peak_gib=_float(peak) if peak is not None else None)
 
 
 def check_stream(config: Drama3Config, prompt: str, run: StreamRun, schedule: StreamSchedule,

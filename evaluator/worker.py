@@ -111,7 +111,10 @@ class Server:
         worker_s = time.perf_counter() - started
         if not all(torch.equal(c, k) for c, k in zip(codes, kept)):
             raise Violation("the engine modified the request's reference codes in place")
-        self.channel.send({"kind": "done", "worker_s": worker_s, "device_s": device_s})
+        # the engine process's own peak (weights included): reported for the record, never used to decide
+        peak = max((torch.cuda.max_memory_allocated(d) for d in self.devices if d.type == "cuda"), default=None)
+        self.channel.send({"kind": "done", "worker_s": worker_s, "device_s": device_s,
+                           "peak_gib": None if peak is None else peak / 2**30})
 
 
 def _load_weights(init: WorkerInit, device: torch.device):
