@@ -22,9 +22,10 @@ from reference_runtime.weights import init_weights
 pytestmark = pytest.mark.gpu
 
 
+@pytest.mark.parametrize("down_slots", [8, 1])
 @pytest.mark.parametrize("block_n", [8, 16, 32])
-def test_kernels_match_torch_at_full_moe_shape(load_package, block_n):
-    pkg = load_package([(cuda_graph_frame, {}), (triton_fp8_moe, {"block_n": block_n})])
+def test_kernels_match_torch_at_full_moe_shape(load_package, block_n, down_slots):
+    pkg = load_package([(cuda_graph_frame, {}), (triton_fp8_moe, {"block_n": block_n, "down_slots": down_slots})])
     kernels = importlib.import_module(f"{pkg.__name__}.triton_moe")
     cfg, dev = get_config("drama3").backbone, torch.device("cuda")
     E, H, inter, block, k = cfg.num_experts, cfg.hidden_size, cfg.moe_intermediate_size, cfg.fp8_block, 8

@@ -24,6 +24,8 @@ from reference_runtime.model import build_engine
 from reference_runtime.prompt import build_rows
 from reference_runtime.teacher_forcing import teacher_forced
 from reference_runtime.weights import init_weights
+from swarm.edits import apply_edits
+from swarm.proposal import FileEdit
 
 triton = pytest.importorskip("triton")
 tl = triton.language
@@ -67,8 +69,18 @@ def test_fp8_bit_decoding_matches_torch_for_every_byte(pkg):
     assert torch.equal(out[finite], want[finite]) and finite.sum() == 254
 
 
+@pytest.fixture(scope="module")
+def split_down(tmp_path_factory):
+    """The kernels with one expert per down-projection program (down_slots=1)."""
+    graph = transformed(engine_files(REFERENCE), [cuda_graph_frame])
+    patches = triton_fp8_moe.apply(graph, next(triton_fp8_moe.variants()) | {"down_slots": 1})
+    files = apply_edits(graph, [FileEdit(path=p.path, search=p.search, replace=p.replace) for p in patches])
+    return importlib.import_module(f"{load(files, tmp_path_factory.mktemp('split')).__name__}.triton_moe")
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["all_slots", "one_slot"])
 @pytest.mark.parametrize("shape", [(8, 64, 32, 16, 2), (8, 256, 128, 128, 4)], ids=["tiny", "block128"])
-def test_kernels_match_torch_routed_experts(pkg, shape):
+def test_kernels_match_torch_routed_experts(pkg, split_down, shape, split):
     E, H, inter, block, k = shape
     cfg = dataclasses.replace(get_config("drama3").backbone, num_experts=E, hidden_size=H, moe_intermediate_size=inter,
                               fp8_block=block, num_experts_per_tok=k, shared_expert_intermediate_size=inter)
@@ -81,7 +93,7 @@ def test_kernels_match_torch_routed_experts(pkg, shape):
     ids = torch.randperm(E, generator=gen)[:k]
     top = torch.rand(k, generator=gen)
     top /= top.sum()
-    got = KERNELS.triton_routed_experts(x, top, ids, w, cfg)
+    got = (split_down if split else KERNELS).triton_routed_experts(x, top, ids, w, cfg)
     torch.testing.assert_close(got, pkg.decode_moe.routed_experts(x, top, ids, w, cfg), atol=1e-5, rtol=1e-5)
 
 
