@@ -8,8 +8,9 @@ The padding follows the real rows, so causal attention and the causal conv leave
 - the DeltaNet recurrence stops after R tokens and its conv state is the kernel - 1 inputs before row R
   (DeltaNetState.valid, read by GatedDeltaNet and the triton_deltanet kernel);
 - KV rows from R on (the tower's from R - 1 on, whose label is padding) hold padding, which the predict and
-  decode steps overwrite before reading: each writes row pos first and masks rows > pos. StaticKVCache.length
-  is left at the bucket's counts, which the graph engine never reads (its steps index by buf.pos);
+  decode steps overwrite before reading: each writes row pos first and masks rows > pos. StaticKVCache.length,
+  the counter of `append`, means nothing after a prefill (a replay leaves it as state.reset set it): the graph
+  engine's steps index by buf.pos and never read it;
 - the padded tokens' MoE only costs compute, though it shows in the experts' expert_counts diagnostic.
 """
 from __future__ import annotations
