@@ -52,6 +52,11 @@ def _engine_patches(files: Files) -> list[Patch]:
         self.prefill_graphs = PrefillGraphs(config, model, self.state, self._pool)
 """),
         replace_once(files, ENGINE, _ENGINE_PREFILL, "        self.prefill_graphs.run(rows)\n"),
+        replace_once(files, ENGINE, "from .tower import is_semantic_token\n", ""),  # its one use was the block above
+        replace_once(files, ENGINE, "prefill runs the model eagerly into StaticState's caches, then the predict step "
+                                    "(the first frame: lm_head, draw,\ntower)",
+                     "prefill replays a prefill graph (prefill_graphs.py) into StaticState's caches, then the predict "
+                     "step (the\nfirst frame: lm_head, draw, tower)"),
     ]
 
 
