@@ -179,7 +179,8 @@ class ReferenceEngine:
         if rows.shape[0] > cfg.max_context_rows:
             raise ValueError(f"prompt has {rows.shape[0]} rows, over config.max_context_rows={cfg.max_context_rows}")
         rows = rows.to(self.device)
-        if rows.min() < 0 or rows[:, 0].max() >= cfg.vocab_size or rows[:, 1:].max() >= cfg.codebook_size:
+        bad = (rows < 0).any() | (rows[:, 0] >= cfg.vocab_size).any() | (rows[:, 1:] >= cfg.codebook_size).any()
+        if bool(bad):  # one host sync, not three: it sits on the time to first audio
             raise ValueError(f"prompt rows out of range: main tokens must be in [0, {cfg.vocab_size}) and codes in "
                              f"[0, {cfg.codebook_size})")
         return rows
