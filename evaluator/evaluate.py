@@ -22,7 +22,8 @@ from targets.schema import Target
 from . import static_scan
 from .benchmark import AUDITED_TRIALS, Benchmark, Trial, audit, bench_result, paired_ratios, spread
 from .correctness import AudioLevel, Cascade
-from .inputs import held_out_requests
+from .inputs import held_out_requests, trial_request
+from .profiling import PROFILE_FRAMES, profile_engine
 from .sandbox import REFERENCE_DIR, Deadline, Pool, Ready, Worker, WorkerFailure
 from .statistics import NoiseCalibration, compare, decide, threshold
 from .verdict import EvaluatorError, Evidence, Rejected, Status, Verdict
@@ -129,7 +130,23 @@ class _Evaluation:
             timed = [x for x in trials if x.timed and x.engine == "candidate"]
             for trial in self.rng.sample(timed, min(AUDITED_TRIALS, len(timed))):
                 audit(self.pool, oracle, trial, t, deadline)
-        return self._decide(trials)
+        status, summary = self._decide(trials)
+        if status.is_correct:
+            with self.stage("profile", max(deadline.at - time.perf_counter(), 0.0)) as remaining:
+                self._profile({"candidate": candidate, "baseline": baseline}, bench, remaining)
+        return status, summary
+
+    def _profile(self, workers: dict[str, Worker], bench: Benchmark, deadline: Deadline) -> None:
+        """Both engines profile one short request, after the decision and within the benchmark's time: for the
+        agents only (see profiling.py)."""
+        spec = self.target.benchmark
+        request = trial_request(bench.config, spec.prompts[0], self.rng, min(spec.frames, PROFILE_FRAMES))
+        for role, worker in workers.items():
+            result = profile_engine(self.pool, worker, request, bench.schedule, deadline)
+            if isinstance(result, Evidence):
+                self.evidence.append(result)
+            else:
+                self.verdict_fields[f"{role}_profile"] = result
 
     def _start(self, role: str, package_dir: Path) -> Worker:
         try:

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 from enum import Enum
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 
 class Status(str, Enum):
@@ -72,6 +73,29 @@ class Comparison(_Model):
     ttfa_ratio: float  # candidate TTFA / baseline TTFA
 
 
+PROFILE_ROWS = 15  # the most rows a profile may carry
+PROFILE_NAME_CHARS = 100
+# Reported by the engine's own process, so bounded and finite here: they reach the knowledge base and the prompts.
+_PerFrame = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+class ProfileRow(_Model):
+    name: Annotated[str, StringConstraints(max_length=PROFILE_NAME_CHARS, pattern=r"^[^\r\n]*$")]  # op or kernel
+    ms_per_frame: _PerFrame  # self time
+    calls_per_frame: _PerFrame
+
+
+class Profile(_Model):
+    """Where one streamed request's time went, by torch.profiler in the engine's process: CUDA kernels by self
+    device time, or (CPU engines) ops by self CPU time. For the agents only; no decision reads it."""
+
+    source: Literal["cuda", "cpu"]
+    frames: Annotated[int, Field(ge=1)]
+    rows: Annotated[list[ProfileRow], Field(max_length=PROFILE_ROWS)]  # largest self time first
+    total_ms_per_frame: _PerFrame  # over all kernels / ops, not only the rows
+    total_calls_per_frame: _PerFrame
+
+
 class Verdict(_Model):
     status: Status
     candidate: str
@@ -86,6 +110,8 @@ class Verdict(_Model):
     log_tail: str = ""
     hardware: str = ""
     software: str = ""  # torch / triton / CUDA versions
+    candidate_profile: Profile | None = None  # informational (after a correct benchmark), never decides
+    baseline_profile: Profile | None = None
 
 
 class Rejected(Exception):

@@ -15,9 +15,11 @@ import traceback
 from collections.abc import Callable
 
 import torch
+from torch.autograd import DeviceType
 
 from .channel import CUDA_FAULT_MARKERS, ChannelClosed, WorkerChannel, WorkerInit
 from .confine import confine
+from .verdict import PROFILE_NAME_CHARS, PROFILE_ROWS
 
 ENGINE_METHODS = ("prefill", "decode_frame", "decode_audio", "generate", "stream")
 
@@ -115,6 +117,41 @@ class Server:
         peak = max((torch.cuda.max_memory_allocated(d) for d in self.devices if d.type == "cuda"), default=None)
         self.channel.send({"kind": "done", "worker_s": worker_s, "device_s": device_s,
                            "peak_gib": None if peak is None else peak / 2**30})
+
+
+    def op_profile(self, request, schedule) -> None:
+        """One streamed request under torch.profiler, its chunks kept here: where the engine's time goes, for the
+        agents (the judge validates it and decides nothing on it). CUDA engines: kernels by self device time, the
+        host side being mostly waiting; CPU engines: ops by self CPU time."""
+        from torch.profiler import ProfilerActivity, profile
+
+        cuda = self.device.type == "cuda"
+        frames = 0
+        with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
+            for chunk in self.engine.stream(request, schedule):
+                frames = int(chunk.frame_end)
+            _synchronize(self.devices)
+        if frames < 1:
+            raise ValueError("the profiled stream produced no frames")
+        self.channel.send({"kind": "profile", "profile": _profile_summary(prof.key_averages(), cuda, frames)})
+
+
+def _profile_summary(events, cuda: bool, frames: int) -> dict:
+    """Per-frame self times (so nested ops are not counted twice) of the top entries, and of all of them.
+    Range annotations (record_function) are left out: on CUDA they span kernels already counted."""
+    if cuda:
+        entries = [e for e in events if e.device_type == DeviceType.CUDA and not e.is_user_annotation]
+        self_us = [e.self_device_time_total for e in entries]
+    else:
+        entries = [e for e in events if not e.is_user_annotation]
+        self_us = [e.self_cpu_time_total for e in entries]
+    ranked = sorted(zip(self_us, entries), key=lambda x: x[0], reverse=True)
+    rows = [{"name": e.key.replace("\n", " ").replace("\r", " ")[:PROFILE_NAME_CHARS],
+             "ms_per_frame": us / 1e3 / frames, "calls_per_frame": e.count / frames}
+            for us, e in ranked[:PROFILE_ROWS]]
+    return {"source": "cuda" if cuda else "cpu", "frames": frames, "rows": rows,
+            "total_ms_per_frame": sum(self_us) / 1e3 / frames,
+            "total_calls_per_frame": sum(e.count for e in entries) / frames}
 
 
 def _load_weights(init: WorkerInit, device: torch.device):
