@@ -1,11 +1,12 @@
-"""What an agent sees when it proposes: the parent engine's sources and figures, the unmet acceptance
-criteria, recent failures of this run (edit errors included) and the lessons filed for this architecture.
+"""What an agent sees when it proposes: the parent engine's sources and figures (where its time goes
+included), the unmet acceptance criteria, recent failures of this run (edit errors included) and the lessons
+filed for this architecture.
 """
 from __future__ import annotations
 
 import json
 
-from evaluator.verdict import Verdict
+from evaluator.verdict import Profile, Verdict
 from knowledge_base import EngineKey, Figures, KnowledgeStore
 from targets import Target
 
@@ -15,6 +16,7 @@ from .run_state import ParentEngine, RunView, lineage_transforms
 
 MAX_FAILURES = 8
 MAX_LESSONS = 24
+PROFILE_LINES = 12  # of the parent's profile in the prompt, the top entries by self time
 
 
 def describe_figures(figures: Figures, speedup_vs_baseline: float) -> str:
@@ -22,6 +24,28 @@ def describe_figures(figures: Figures, speedup_vs_baseline: float) -> str:
         return "not measured yet (the first evaluation measures the baseline)"
     return (f"frames/s p50 {figures.frames_per_s:.1f}, TTFA p50 {figures.ttfa_ms:.2f} ms, RTF p50 {figures.rtf:.4f}; "
             f"{speedup_vs_baseline:.3f}x the run's baseline")
+
+
+def describe_profile(profile: Profile) -> str:
+    what = "CUDA kernels, self device time" if profile.source == "cuda" else "CPU ops, self CPU time"
+    head = (f"Where the parent's time goes per frame ({what}; {profile.total_ms_per_frame:.3f} ms and "
+            f"{profile.total_calls_per_frame:.1f} calls in all, over {profile.frames} streamed frames):")
+    lines = [head, f"{'ms':>9} {'calls':>8}  op/kernel"]
+    lines += [f"{r.ms_per_frame:9.3f} {r.calls_per_frame:8.1f}  {r.name}" for r in profile.rows[:PROFILE_LINES]]
+    return "\n".join(lines)
+
+
+def parent_profile(view: RunView, parent: ParentEngine) -> Profile | None:
+    """The PASS verdict that kept the parent profiled it as the candidate; the run's baseline was profiled as the
+    baseline by the first verdicts against it (and every candidate is measured against its parent)."""
+    sources = [(view.verdicts.get(parent.id), "candidate_profile")]
+    sources += [(view.verdicts.get(c.id), "baseline_profile") for c in view.candidates if c.parent_id == parent.id]
+    for record, field in sources:
+        if record is not None and record.verdict_json:
+            profile = getattr(Verdict.model_validate_json(record.verdict_json), field)
+            if profile is not None:
+                return profile
+    return None
 
 
 def describe_acceptance(target: Target, parent: ParentEngine, speedup_vs_baseline: float) -> str:
@@ -48,6 +72,7 @@ def recent_failures(view: RunView, limit: int = MAX_FAILURES) -> list[str]:
 def build_context(target: Target, kb: KnowledgeStore, view: RunView, key: EngineKey, parent: ParentEngine,
                   parent_files: dict[str, str], iteration: int, slot: int) -> ProposalContext:
     speedup = view.speedup_vs_baseline(parent)
+    figures, profile = describe_figures(parent.figures, speedup), parent_profile(view, parent)
     lessons = [Lesson(feature=x.feature, outcome=x.outcome, summary=x.summary, evidence=x.evidence)
                for x in kb.lessons(architecture=key.architecture, limit=MAX_LESSONS)]
     return ProposalContext(
@@ -57,7 +82,7 @@ def build_context(target: Target, kb: KnowledgeStore, view: RunView, key: Engine
         gpu=target.hardware.gpu,
         parent_id=parent.id,
         parent_files=parent_files,
-        parent_figures=describe_figures(parent.figures, speedup),
+        parent_figures=figures if profile is None else f"{figures}\n{describe_profile(profile)}",
         acceptance=describe_acceptance(target, parent, speedup),
         failures=recent_failures(view),
         lessons=lessons,

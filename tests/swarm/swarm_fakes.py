@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from evaluator import NoiseCalibration
-from evaluator.verdict import BenchResult, Comparison, Evidence, PromptFigures, Status, Verdict
+from evaluator.verdict import BenchResult, Comparison, Evidence, Profile, ProfileRow, PromptFigures, Status, Verdict
 from swarm.agents.base import AgentError, BudgetExceeded
 from swarm.agents.ledger import CallRecord, CostLedger
 from swarm.proposal import FileEdit, Proposal, ProposalContext
@@ -115,6 +115,13 @@ def _bench(engine: str, speed: float) -> BenchResult:
         rtf_p50=rtf, rtf_p95=rtf)])
 
 
+def _profile(speed: float) -> Profile:
+    """One row, named after the engine's speed so that tests can tell whose profile an agent was shown."""
+    return Profile(source="cpu", frames=8, rows=[ProfileRow(name=f"fake::speed_{speed:g}_op", ms_per_frame=10 / speed,
+                                                            calls_per_frame=3.0)],
+                   total_ms_per_frame=12 / speed, total_calls_per_frame=5.0)
+
+
 def _verdict(candidate_dir, baseline_dir, speed, base, note, target, mismatch_tags) -> Verdict:
     common = dict(candidate=str(candidate_dir), baseline=str(baseline_dir), stage_seconds={"fake": 0.0})
     if "broken" in note or any(tag in note for tag in mismatch_tags):
@@ -125,7 +132,8 @@ def _verdict(candidate_dir, baseline_dir, speed, base, note, target, mismatch_ta
     threshold = target.benchmark.min_speedup
     status = Status.PASS if ratio >= threshold else Status.SLOWER
     return Verdict(status=status, summary=f"{ratio:.3f}x frames/s", candidate_bench=_bench("candidate", speed),
-                   baseline_bench=_bench("baseline", base),
+                   baseline_bench=_bench("baseline", base), candidate_profile=_profile(speed),
+                   baseline_profile=_profile(base),
                    comparison=Comparison(speedup=ratio, ci_low=ratio * 0.99, ci_high=ratio * 1.01, threshold=threshold,
                                          ttfa_ratio=base / speed),
                    evidence=[Evidence(check="timing", message=f"speed {speed} vs {base}")], **common)

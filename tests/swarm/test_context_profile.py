@@ -1,0 +1,42 @@
+"""The parent's profile in what agents see: a kept parent's own (from the PASS verdict that kept it), the run's
+baseline's from the first verdict measured against it, rendered short enough for the prompt."""
+from __future__ import annotations
+
+from loop_helpers import fake_swarm, small_target
+from swarm_fakes import FakeAgent
+
+from evaluator.verdict import PROFILE_ROWS, Profile, ProfileRow
+from knowledge_base import REFERENCE_ID
+from swarm.agents.prompt import proposal_prompt
+from swarm.context import describe_profile
+
+HEADING = "Where the parent's time goes per frame"
+
+
+def _contexts(plan):
+    agent = FakeAgent("a", plan)
+    with fake_swarm(small_target(), [agent]) as swarm:
+        swarm.start()
+    return [next(c for c in agent.contexts if c.iteration == i and c.slot == 0) for i in (1, 2)]
+
+
+def test_a_kept_parent_is_shown_with_its_own_profile():
+    first, second = _contexts({(1, 0): 1.5})
+    assert HEADING not in first.parent_figures  # nothing measured yet
+    assert second.parent_id != REFERENCE_ID
+    assert "fake::speed_1.5_op" in second.parent_figures and "fake::speed_1_op" not in second.parent_figures
+    assert HEADING in proposal_prompt(second) and "fake::speed_1.5_op" in proposal_prompt(second)
+
+
+def test_the_baseline_parent_is_shown_with_the_profile_measured_against_it():
+    _, second = _contexts({})  # nothing faster: iteration 2 forks from the reference again
+    assert second.parent_id == REFERENCE_ID
+    assert "fake::speed_1_op" in second.parent_figures
+    assert second.parent_figures.splitlines()[1].startswith(HEADING)
+
+
+def test_a_full_profile_stays_within_the_prompt_budget():
+    rows = [ProfileRow(name="k" * 100, ms_per_frame=1.0 / (i + 1), calls_per_frame=2.0) for i in range(PROFILE_ROWS)]
+    text = describe_profile(Profile(source="cuda", frames=8, rows=rows, total_ms_per_frame=9.0,
+                                    total_calls_per_frame=40.0))
+    assert len(text.splitlines()) <= 14 and "CUDA kernels" in text and "9.000 ms" in text
