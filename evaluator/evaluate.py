@@ -23,7 +23,7 @@ from . import static_scan
 from .benchmark import AUDITED_TRIALS, Benchmark, Trial, audit, bench_result, paired_ratios, spread
 from .correctness import AudioLevel, Cascade
 from .inputs import held_out_requests, trial_request
-from .profiling import PROFILE_FRAMES, profile_engine
+from .profiling import PROFILE_FRAMES, PROFILE_S, profile_engine
 from .sandbox import REFERENCE_DIR, Deadline, Pool, Ready, Worker, WorkerFailure
 from .statistics import NoiseCalibration, compare, decide, threshold
 from .verdict import EvaluatorError, Evidence, Rejected, Status, Verdict
@@ -132,7 +132,7 @@ class _Evaluation:
                 audit(self.pool, oracle, trial, t, deadline)
         status, summary = self._decide(trials)
         if status.is_correct:
-            with self.stage("profile", max(deadline.at - time.perf_counter(), 0.0)) as remaining:
+            with self.stage("profile", max(min(deadline.at - time.perf_counter(), PROFILE_S), 0.0)) as remaining:
                 self._profile({"candidate": candidate, "baseline": baseline}, bench, remaining)
         return status, summary
 

@@ -11,6 +11,9 @@ from .verdict import Evidence, Profile
 
 # A short request: under the profiler the eager reference takes about half a second a frame on a GPU.
 PROFILE_FRAMES = 8
+# The most both profiles may take, within what is left of the benchmark's time: a profiler stuck in a driver
+# call must not spend a half-hour benchmark budget on figures no decision reads.
+PROFILE_S = 120.0
 
 
 def read_profile(reply: dict) -> Profile:

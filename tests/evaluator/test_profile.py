@@ -92,10 +92,10 @@ def test_a_failed_profile_is_a_note_not_an_exception(reply):
 
 
 def test_a_candidate_that_refuses_profiling_keeps_its_verdict(tiny_target, tmp_path):
-    edit = ("        frames: list[torch.Tensor] = []\n        emitted = 0\n",
-            "        frames: list[torch.Tensor] = []\n        emitted = 0\n"
-            "        if torch.autograd.profiler._is_profiler_enabled:\n"
-            "            raise RuntimeError('not under a profiler')\n")
+    start = "        frames: list[torch.Tensor] = []\n        emitted = 0\n"
+    refuse = ("        if torch.autograd.profiler._is_profiler_enabled:\n"
+              "            raise RuntimeError('not under a profiler')\n")
+    edit = (start, start + refuse)
     verdict = evaluate(make_candidate(tmp_path, {"engine.py": edit}), tiny_target, baseline_dir=REFERENCE_DIR,
                        work_dir=tmp_path / "work", secret_seed=1234)
     assert verdict.status in (Status.SLOWER, Status.NOISY), verdict.summary
