@@ -8,8 +8,12 @@ import itertools
 from pathlib import Path
 
 from candidates.repo import engine_files, write_files
+from evaluator.compare import Logits, check_logits
 from knowledge_base.transforms import Params, Transform
+from reference_runtime.bench import bench_requests
 from reference_runtime.config import Drama3Config, get_config
+from reference_runtime.prompt import build_rows
+from reference_runtime.teacher_forcing import teacher_forced
 from swarm.edits import apply_edits
 from swarm.proposal import FileEdit
 from targets.schema import ToleranceSpec, load_target
@@ -48,3 +52,15 @@ def load_transformed(steps: list[tuple[Transform, Params]], root: Path):
     name = f"gpu_engine_{next(_counter)}"
     write_files(files, root / name)
     return importlib.import_module(name)
+
+
+def assert_passes_gate(config: Drama3Config, ref, eng, frames: int = 16, prompts: slice = slice(1, None)) -> None:
+    """`eng`'s teacher-forced logits pass the evaluator's gate against `ref` on the bench prompts (by default
+    all but "hello", 16 frames each), with the tolerances for `config`."""
+    for name, request in list(bench_requests(config, frames).items())[prompts]:
+        generated = ref.generate(request).frames
+        rows = build_rows(config, request, ref.tokenizer)
+        want, got = teacher_forced(ref, rows, generated), teacher_forced(eng, rows, generated)
+        stats, evidence = check_logits(config, name, Logits(*want), Logits(*got), generated, request.sampling,
+                                       tolerances(config))
+        assert not evidence, f"{config.name} {name}: {stats} {evidence}"

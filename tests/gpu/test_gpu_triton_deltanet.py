@@ -9,17 +9,13 @@ import importlib
 import pytest
 import torch
 import torch.nn.functional as F
-from gpu_engines import config_named, tolerances
+from gpu_engines import assert_passes_gate, config_named
 
-from evaluator.compare import Logits, check_logits
 from knowledge_base.transforms.cuda_graph_frame import cuda_graph_frame
 from knowledge_base.transforms.triton_deltanet import triton_deltanet
-from reference_runtime.bench import bench_requests
 from reference_runtime.config import get_config
 from reference_runtime.model import build_engine
 from reference_runtime.model.deltanet import delta_rule
-from reference_runtime.prompt import build_rows
-from reference_runtime.teacher_forcing import teacher_forced
 from reference_runtime.weights import init_weights
 
 pytestmark = pytest.mark.gpu
@@ -53,10 +49,4 @@ def test_engine_passes_the_teacher_forced_gate(load_package, config_name, base):
     weights = init_weights(config, seed=0, device=device)
     ref = build_engine(config, weights, device)
     eng = load_package([*((t, {}) for t in base), (triton_deltanet, {})]).build_engine(config, weights, device)
-    for name, request in list(bench_requests(config, 16).items())[1:]:
-        frames = ref.generate(request).frames
-        rows = build_rows(config, request, ref.tokenizer)
-        want, got = teacher_forced(ref, rows, frames), teacher_forced(eng, rows, frames)
-        stats, evidence = check_logits(config, name, Logits(*want), Logits(*got), frames, request.sampling,
-                                       tolerances(config))
-        assert not evidence, f"{config_name} {name}: {stats} {evidence}"
+    assert_passes_gate(config, ref, eng)
