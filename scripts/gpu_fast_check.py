@@ -59,6 +59,8 @@ RECIPES: dict[str, tuple[tuple[str, dict], ...]] = {
                         ("triton_prefill_moe", {}), ("triton_deltanet", {})),
     "fast_graph_prefill": (("cuda_graph_frame", {}), ("cuda_graph_codec", {}), ("triton_fp8_moe", {}),
                            ("triton_prefill_moe", {}), ("triton_deltanet", {}), ("cuda_graph_prefill", {})),
+    "fast_all": (("cuda_graph_frame", {}), ("cuda_graph_codec", {}), ("triton_fp8_moe", {}), ("triton_prefill_moe", {}),
+                 ("triton_deltanet", {}), ("cuda_graph_prefill", {}), ("graph_topk_sampling", {})),
     "fast_moe_only": (("cuda_graph_frame", {}), ("cuda_graph_codec", {}), ("triton_fp8_moe", {}),
                       ("triton_prefill_moe", {})),
     "reference_prefill": (("triton_prefill_moe", {}), ("triton_deltanet", {})),
