@@ -30,8 +30,9 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from candidates.repo import engine_files, write_files
+from candidates.repo import EngineRepo, engine_files, write_files
 from evaluator.compare import Logits, check_logits
+from knowledge_base import KnowledgeStore
 from knowledge_base.transforms import TRANSFORMS
 from reference_runtime.api import SamplingParams, StreamSchedule
 from reference_runtime.bench import bench_requests, measure_trial
@@ -41,6 +42,7 @@ from reference_runtime.prompt import build_rows
 from reference_runtime.teacher_forcing import teacher_forced
 from reference_runtime.weights import init_weights
 from swarm.edits import apply_edits
+from swarm.paths import engines_path, kb_path
 from swarm.proposal import FileEdit
 from targets.schema import load_target
 
@@ -49,18 +51,21 @@ RECIPES: dict[str, tuple[tuple[str, dict], ...]] = {
     "graph_triton": (("cuda_graph_frame", {}), ("cuda_graph_codec", {}), ("triton_fp8_moe", {})),
     "graph": (("cuda_graph_frame", {}), ("cuda_graph_codec", {})),
     "graph_unfused": (("cuda_graph_frame", {"fuse_projections": False}), ("cuda_graph_codec", {})),
-    "graph_triton_compiled": (("cuda_graph_frame", {"compile_steps": True}), ("cuda_graph_codec", {}),
+    "graph_triton_compiled": (("cuda_graph_frame", {}), ("inductor_decode_steps", {}), ("cuda_graph_codec", {}),
                               ("triton_fp8_moe", {})),
     "fast": (("cuda_graph_frame", {}), ("cuda_graph_codec", {}), ("triton_fp8_moe", {}), ("triton_prefill_moe", {}),
              ("triton_deltanet", {})),
-    "fast_compiled": (("cuda_graph_frame", {"compile_steps": True}), ("cuda_graph_codec", {}), ("triton_fp8_moe", {}),
-                      ("triton_prefill_moe", {}), ("triton_deltanet", {})),
+    "fast_compiled": (("cuda_graph_frame", {}), ("inductor_decode_steps", {}), ("cuda_graph_codec", {}),
+                      ("triton_fp8_moe", {}), ("triton_prefill_moe", {}), ("triton_deltanet", {})),
     "fast_split_down": (("cuda_graph_frame", {}), ("cuda_graph_codec", {}), ("triton_fp8_moe", {"down_slots": 1}),
                         ("triton_prefill_moe", {}), ("triton_deltanet", {})),
     "fast_graph_prefill": (("cuda_graph_frame", {}), ("cuda_graph_codec", {}), ("triton_fp8_moe", {}),
                            ("triton_prefill_moe", {}), ("triton_deltanet", {}), ("cuda_graph_prefill", {})),
     "fast_all": (("cuda_graph_frame", {}), ("cuda_graph_codec", {}), ("triton_fp8_moe", {}), ("triton_prefill_moe", {}),
                  ("triton_deltanet", {}), ("cuda_graph_prefill", {}), ("graph_topk_sampling", {})),
+    "fast_all_compiled": (("cuda_graph_frame", {}), ("inductor_decode_steps", {}), ("cuda_graph_codec", {}),
+                          ("triton_fp8_moe", {}), ("triton_prefill_moe", {}), ("triton_deltanet", {}),
+                          ("cuda_graph_prefill", {}), ("graph_topk_sampling", {})),
     "fast_moe_only": (("cuda_graph_frame", {}), ("cuda_graph_codec", {}), ("triton_fp8_moe", {}),
                       ("triton_prefill_moe", {})),
     "reference_prefill": (("triton_prefill_moe", {}), ("triton_deltanet", {})),
@@ -110,15 +115,34 @@ def sync() -> None:
         torch.cuda.synchronize()
 
 
-def load_recipe(steps: tuple[tuple[str, dict], ...], root: Path, name: str,
-                base: Path = REPO / "reference_runtime" / "model"):
-    """The engine package `base` with the transforms `steps` applied, written to root/name (root on sys.path)
-    and imported."""
-    files = engine_files(base)
+def recipe_files(steps: tuple[tuple[str, dict], ...], files: dict[str, str] | None = None) -> dict[str, str]:
+    """The engine package `files` (default: the reference's) with the transforms `steps` applied (first variant
+    + overrides each)."""
+    files = engine_files(REPO / "reference_runtime" / "model") if files is None else files
     for transform_name, overrides in steps:
         transform = TRANSFORMS[transform_name]
         patches = transform.apply(files, next(transform.variants()) | overrides)
         files = apply_edits(files, [FileEdit(path=p.path, search=p.search, replace=p.replace) for p in patches])
+    return files
+
+
+def kept_engine(engine_id: str, config_name: str) -> tuple[str, dict[str, str]]:
+    """(title, files) of a kept engine in $SWARM_HOME's knowledge base: an id, or "best" (the highest speedup vs
+    the reference among the CUDA engines kept for this model config)."""
+    kb = KnowledgeStore(kb_path())
+    try:
+        fitting = [k for k in kb.kept_engines() if k.key.device == "cuda" and k.key.model_config == config_name]
+        if not fitting:
+            sys.exit(f"no kept CUDA engine for {config_name} in {kb_path()}: run the swarm first or set SWARM_HOME")
+        kept = max(fitting, key=lambda k: k.speedup_vs_reference) if engine_id == "best" else kb.kept_engine(engine_id)
+    finally:
+        kb.close()
+    print(f"kept engine {kept.id}: {kept.title} ({kept.speedup_vs_reference:.2f}x the reference)", flush=True)
+    return f"{kept.id}: {kept.title}", EngineRepo(engines_path()).files(kept.git_commit)
+
+
+def import_package(files: dict[str, str], root: Path, name: str):
+    """Write `files` to root/name (root on sys.path) and import it."""
     write_files(files, root / name)
     return importlib.import_module(name)
 
@@ -259,11 +283,12 @@ def peak_gib() -> float | None:
     return torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None
 
 
-def run_engine(name: str, steps, root: Path, weights, oracle, config, tol, args) -> Report:
-    report = Report(name, [f"{t}({', '.join(f'{k}={v}' for k, v in o.items())})" for t, o in steps])
+def run_engine(name: str, described: list[str], files: dict[str, str], root: Path, weights, oracle, config, tol,
+               args) -> Report:
+    report = Report(name, described)
     engine = None
     try:
-        pkg = load_recipe(steps, root, f"fast_check_{name}")
+        pkg = import_package(files, root, f"fast_check_{name}")
         if torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()
         t0 = time.perf_counter()
@@ -328,8 +353,10 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=330, help="start no new engine after this many seconds")
     parser.add_argument("--config", default="drama3", help="model config (drama3-tiny for a dry run)")
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--kept", help="also check a kept engine of $SWARM_HOME's knowledge base: an id or 'best'")
     args = parser.parse_args()
-    unknown = [e for e in args.engines.split(",") if e not in RECIPES]
+    names = [e for e in args.engines.split(",") if e]
+    unknown = [e for e in names if e not in RECIPES]
     if unknown:
         sys.exit(f"unknown engines {unknown} (known: {sorted(RECIPES)})")
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -357,12 +384,17 @@ def main() -> None:
     gc.collect()
     root = Path(tempfile.mkdtemp(prefix="fast_check_"))
     sys.path.insert(0, str(root))
-    for name in args.engines.split(","):
+    engines = [(name, [f"{t}({', '.join(f'{k}={v}' for k, v in o.items())})" for t, o in RECIPES[name]],
+                lambda name=name: recipe_files(RECIPES[name])) for name in names]
+    if args.kept:
+        title, kept_files = kept_engine(args.kept, config.name)
+        engines.insert(0, ("kept", [title], lambda: kept_files))
+    for name, described, files in engines:
         if time.perf_counter() - started > args.budget_s:
-            reports.append(Report(name, [], error=f"skipped: past the {args.budget_s:.0f} s budget"))
+            reports.append(Report(name, described, error=f"skipped: past the {args.budget_s:.0f} s budget"))
             continue
         print(f"--- {name} ({time.perf_counter() - started:.0f} s)", flush=True)
-        reports.append(run_engine(name, RECIPES[name], root, weights, oracle, config, tol, args))
+        reports.append(run_engine(name, described, files(), root, weights, oracle, config, tol, args))
         Path(args.out).write_text(json.dumps(header | {"reports": [asdict(r) for r in reports]}, indent=1))
         print_table(reports[-1:])
     print_table(reports)

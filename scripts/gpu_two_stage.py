@@ -3,7 +3,8 @@ the codec on cuda:0 ("one_gpu") or on cuda:1 ("two_gpu"), streaming trials of th
 
     python scripts/gpu_two_stage.py --out two_stage.json [--engine DIR] [--recipe graph] [--trials 20]
 
---engine is an engine package directory (default: the reference; a kept engine's checkout works), --recipe
+--engine is an engine package directory (default: the reference), --kept a kept engine of $SWARM_HOME's knowledge
+base (an id or "best"), --recipe
 applies one of scripts/gpu_fast_check.py's transform recipes on top of it. Each trial is the evaluator's
 benchmark trial (fixed frames, ignore_eos, fresh suffix word, codes and seed), the same request for both
 placements, their order alternating; TTFA is to the first chunk (1 frame), timed as reference_runtime.bench does.
@@ -24,8 +25,9 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from gpu_fast_check import RECIPES, load_recipe
+from gpu_fast_check import RECIPES, import_package, kept_engine, recipe_files
 
+from candidates.repo import engine_files
 from evaluator.inputs import trial_request
 from reference_runtime.api import StreamSchedule
 from reference_runtime.bench import PromptBench, TrialResult, format_table, measure_trial
@@ -53,6 +55,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="JSON results path")
     parser.add_argument("--engine", type=Path, default=REFERENCE, help="engine package directory")
+    parser.add_argument("--kept", help="instead of --engine, a kept engine of $SWARM_HOME's knowledge base: id or 'best'")
     parser.add_argument("--recipe", choices=sorted(RECIPES), help="transforms applied on top of --engine")
     parser.add_argument("--target", type=Path, default=REPO / "targets" / "drama3_h200.yaml",
                         help="prompts, frames and trial counts come from its benchmark section")
@@ -72,12 +75,13 @@ def main() -> None:
     config = get_config(args.config or target.model.config)
     root = Path(tempfile.mkdtemp(prefix="two_stage_"))
     sys.path.insert(0, str(root))
-    package = load_recipe(RECIPES[args.recipe] if args.recipe else (), root, "two_stage_engine", base=args.engine)
+    base = kept_engine(args.kept, config.name)[1] if args.kept else engine_files(args.engine)
+    package = import_package(recipe_files(RECIPES[args.recipe] if args.recipe else (), base), root, "two_stage_engine")
     generation = where["one_gpu"][0]
     weights = init_weights(config, args.seed, generation)  # one dict: the codec placement is the only difference
     engines = {label: package.build_engine(config, weights, gen, codec_device=codec)
                for label, (gen, codec) in where.items()}
-    header = {"engine": str(args.engine), "recipe": args.recipe, "config": config.name, "frames": frames,
+    header = {"engine": args.kept or str(args.engine), "recipe": args.recipe, "config": config.name, "frames": frames,
               "trials": trials, "warmup": warmup, "torch": torch.__version__,
               "devices": {label: [str(gen), str(codec)] for label, (gen, codec) in where.items()},
               "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]}

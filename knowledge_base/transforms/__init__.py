@@ -9,6 +9,7 @@ from .cuda_graph_codec import cuda_graph_codec
 from .cuda_graph_frame import cuda_graph_frame
 from .cuda_graph_prefill import cuda_graph_prefill
 from .deltanet import deltanet_conv_unfold
+from .inductor_steps import inductor_decode_steps
 from .moe import fp8_dequant_at_build, moe_dispatch
 from .sampling import graph_topk_sampling, topk_first_sampling
 from .triton_deltanet import triton_deltanet
@@ -18,7 +19,7 @@ from .triton_prefill_moe import triton_prefill_moe
 ALL: tuple[Transform, ...] = (fp8_dequant_at_build, moe_dispatch, rope_tables, gqa_sdpa, static_caches,
                               deltanet_conv_unfold, topk_first_sampling, cuda_graph_backbone, compile_tower,
                               cuda_graph_frame, cuda_graph_codec, triton_deltanet, triton_fp8_moe, triton_prefill_moe,
-                              cuda_graph_prefill, graph_topk_sampling)
+                              cuda_graph_prefill, graph_topk_sampling, inductor_decode_steps)
 TRANSFORMS: dict[str, Transform] = {t.name: t for t in ALL}
 
 __all__ = ["ALL", "TRANSFORMS", "NotApplicable", "Params", "Patch", "Transform"]

@@ -26,7 +26,7 @@ FUSE_PROJECTIONS = {bool(params["fuse_projections"])}  # one GEMV per group of m
 MIN_SPAN = {int(params["min_span"])}  # smallest attention span bucket; spans double up to max_context_rows
 EOS_CHECK_EVERY = {int(params["eos_check_every"])}  # frames between EOS checks (host syncs) in generate/stream
 PREWARM_ROWS = {int(params["prewarm_rows"])}  # graphs for spans up to this many rows are captured at build
-COMPILE_STEPS = {bool(params["compile_steps"])}  # inductor-fuse the mixer, tower-layer and draw steps
+COMPILE_STEPS = False  # inductor-fuse the mixer, tower-layer and draw steps (the inductor_decode_steps transform)
 ''')
 
 
@@ -49,7 +49,7 @@ cuda_graph_frame = Transform(
     devices=frozenset({"cuda"}),
     apply=_apply,
     space={"fuse_projections": (True, False), "min_span": (256, 1024), "eos_check_every": (16, 4),
-           "prewarm_rows": (1024, 0), "compile_steps": (False, True)},
+           "prewarm_rows": (1024, 0)},
     lesson="At batch 1 the eager frame is thousands of small kernels launched from Python with host syncs "
            "(MoE expert lists, sampling); a CUDA graph removes the launch and sync cost but not the kernels' "
            "own latency, so it pays most together with fused kernels (triton_* transforms). Graphs are keyed by "

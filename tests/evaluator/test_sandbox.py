@@ -17,9 +17,13 @@ from evaluator.sandbox import REFERENCE_DIR, REPO_ROOT
 from tests.evaluator.candidate_factory import build_engine_body, make_candidate
 
 PROBE = '''
-import json, os, socket, subprocess
+import getpass, json, os, socket, subprocess
 from pathlib import Path
 facts = {"uid": os.getuid(), "env": sorted(os.environ), "home": os.environ.get("HOME")}
+try:
+    facts["user"] = getpass.getuser()  # inductor's and triton's cache paths ask for it
+except (KeyError, OSError) as e:
+    facts["user"] = type(e).__name__
 try:
     socket.create_connection(("10.255.255.1", 80), timeout=1)
     facts["network"] = "connected"
@@ -71,7 +75,7 @@ def test_package_is_read_only_and_repo_unwritable(probe):
 @pytest.mark.skipif(os.geteuid() != 0, reason="confinement needs root; the verdict notes say so instead")
 def test_root_judge_confines_the_worker(probe):
     facts, name, notes = probe
-    assert facts["uid"] != 0
+    assert facts["uid"] != 0 and facts["user"] == "swarm-worker"
     assert facts["network"] != "connected" and facts["interfaces"] == ["lo"]
     if str(REPO_ROOT).startswith("/tmp/"):  # the repo must stay importable, so the host /tmp stays visible,
         assert any("kept the host /tmp" in n for n in notes)

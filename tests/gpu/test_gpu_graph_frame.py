@@ -10,6 +10,7 @@ from gpu_engines import config_named, tolerances
 from evaluator.compare import Logits, check_logits, invalid_frame
 from knowledge_base.transforms.cuda_graph_codec import cuda_graph_codec
 from knowledge_base.transforms.cuda_graph_frame import cuda_graph_frame
+from knowledge_base.transforms.inductor_steps import inductor_decode_steps
 from reference_runtime.api import SamplingParams, StreamSchedule
 from reference_runtime.bench import bench_requests
 from reference_runtime.model import build_engine
@@ -66,11 +67,11 @@ def test_sampled_stream_is_well_formed_and_equals_generate(case):
 
 
 def test_compiled_steps_pass_the_gate(load_package):
-    """compile_steps=True at drama3-mid: inductor-fused mixers, tower layers and draws inside the captured graph."""
+    """inductor_decode_steps at drama3-mid: inductor-fused mixers, tower layers and draws inside the captured graph."""
     config, device = config_named("drama3-mid"), torch.device("cuda")
     weights = init_weights(config, seed=0, device=device)
     ref = build_engine(config, weights, device)
-    eng = load_package([(cuda_graph_frame, {"compile_steps": True})]).build_engine(config, weights, device)
+    eng = load_package([(cuda_graph_frame, {}), (inductor_decode_steps, {})]).build_engine(config, weights, device)
     request = bench_requests(config, FRAMES)["voice"]
     frames = ref.generate(request).frames
     rows = build_rows(config, request, ref.tokenizer)

@@ -1,0 +1,57 @@
+"""scripts/gpu_fast_check.py stays runnable: a CPU dry run checks a kept engine of a knowledge base (--kept)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from candidates import EngineRepo
+from candidates.repo import engine_files
+from knowledge_base import REFERENCE_ID, EngineKey, Figures, KeptEngine, KnowledgeStore
+from tests.kb.test_kb_store import _candidate, _lesson, _run, _verdict
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "scripts" / "gpu_fast_check.py"
+
+
+def _kept_home(home: Path) -> str:
+    """A $SWARM_HOME whose knowledge base keeps one CUDA engine for drama3-tiny (the reference's files)."""
+    repo = EngineRepo(home / "engines")
+    reference = repo.reference_commit(REPO / "reference_runtime" / "model")
+    kb = KnowledgeStore(home / "kb.sqlite")
+    run = _run(kb)
+    candidate = kb.add_candidate(_candidate(run, 0))
+    sha = repo.commit_candidate(reference, engine_files(REPO / "reference_runtime" / "model"),
+                                candidate_id=candidate.id, message="same files")
+    key = EngineKey(run.engine_key.architecture, "drama3-tiny", "cuda", "h200", "2.11.0", "3.6.0", "13.0")
+    kb.record_outcome(_verdict(candidate.id), _lesson(run, candidate.id),
+                      KeptEngine(id=candidate.id, run_id=run.id, parent_id=REFERENCE_ID, git_commit=sha, key=key,
+                                 figures=Figures(100.0, 10.0, 0.1, 1.2), speedup_vs_reference=1.2, title="same"))
+    kb.close()
+    return candidate.id
+
+
+def test_dry_run_checks_the_best_kept_engine(tmp_path):
+    kept_id = _kept_home(tmp_path / "home")
+    out = tmp_path / "fc.json"
+    done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--config", "drama3-tiny", "--device", "cpu",
+                           "--frames", "4", "--trials", "1", "--engines", "", "--kept", "best"],
+                          env=os.environ | {"SWARM_HOME": str(tmp_path / "home")}, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    reports = {r["engine"]: r for r in json.loads(out.read_text())["reports"]}
+    assert sorted(reports) == ["kept", "reference"]
+    kept = reports["kept"]
+    assert kept["error"] is None and kept["transforms"] == [f"{kept_id}: same"]
+    assert kept["correctness"] and not any(c["problems"] for c in kept["correctness"])
+    assert sorted(kept["prompts"]) == ["hello", "sentences", "voice"]
+
+
+def test_no_kept_engine_is_a_clear_error(tmp_path):
+    done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path / "x.json"), "--config", "drama3-tiny",
+                           "--device", "cpu", "--engines", "", "--kept", "best"],
+                          env=os.environ | {"SWARM_HOME": str(tmp_path / "empty")}, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 1 and "no kept CUDA engine for drama3-tiny" in done.stderr
