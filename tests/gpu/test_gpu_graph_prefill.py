@@ -1,7 +1,8 @@
-"""cuda_graph_prefill on CUDA, on top of the stack it needs (cuda_graph_frame, triton_prefill_moe, triton_deltanet),
-at drama3-tiny and drama3-mid: the teacher-forced gate against the reference on the benchmark prompts (52, 135
-and 209 rows: buckets 64 and 256), a prefill that replays its captured graph without host syncs, and the prefill
-wall time of 52 and 209 rows beside the same stack's eager prefill (printed: run with -s)."""
+"""cuda_graph_prefill (compile_steps=False; compiled: test_gpu_compiled_prefill.py) on CUDA, on top of the stack it
+needs (cuda_graph_frame, triton_prefill_moe, triton_deltanet), at drama3-tiny and drama3-mid: the teacher-forced
+gate against the reference on the benchmark prompts (52, 135 and 209 rows: buckets 64 and 256), a prefill that
+replays its captured graph without host syncs, and the prefill wall time of 52 and 209 rows beside the same
+stack's eager prefill (printed: run with -s)."""
 from __future__ import annotations
 
 import statistics
@@ -34,7 +35,8 @@ def case(request, load_package):
     config, device = config_named(request.param), torch.device("cuda")
     weights = init_weights(config, seed=0, device=device)
     eager = load_package(STACK).build_engine(config, weights, device)
-    graphed = load_package(STACK + [(cuda_graph_prefill, {})]).build_engine(config, weights, device)
+    graphed = load_package(STACK + [(cuda_graph_prefill, {"compile_steps": False})]).build_engine(config, weights,
+                                                                                                 device)
     return config, build_engine(config, weights, device), eager, graphed
 
 

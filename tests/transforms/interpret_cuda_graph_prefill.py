@@ -1,11 +1,13 @@
-"""cuda_graph_prefill on CPU, run by test_triton_interpreter.py in a process started with TRITON_INTERPRET=1: the
-padded prefill program runs eagerly (as its graphs would replay it) with the Triton kernels interpreted. On
-drama3-tiny its teacher-forced logits equal those of the same stack without it and of the reference for prompts
-below, at and above a row bucket's boundary (text and voice), seeded generation gives the same frames, an earlier
-longer prompt leaves nothing behind, and the DeltaNet recurrence stops at the device row count in both the kernel
-and the torch loop. Graph capture and replay on CUDA: tests/gpu/."""
+"""cuda_graph_prefill (compile_steps=False) on CPU, run by test_triton_interpreter.py in a process started with
+TRITON_INTERPRET=1: the padded prefill program runs eagerly (as its graphs would replay it) with the Triton kernels
+interpreted. On drama3-tiny its teacher-forced logits equal those of the same stack without it and of the
+reference for prompts below, at and above a row bucket's boundary (text and voice), seeded generation gives the
+same frames, an earlier longer prompt leaves nothing behind, and the DeltaNet recurrence stops at the device row
+count in both the kernel and the torch loop. The compiled program: interpret_compiled_prefill.py; graph capture
+and replay on CUDA: tests/gpu/."""
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 
@@ -32,13 +34,16 @@ pytest.importorskip("triton")
 assert os.environ.get("TRITON_INTERPRET") == "1", "run through test_triton_interpreter.py (TRITON_INTERPRET=1)"
 CFG = get_config("drama3-tiny")
 BASE = [cuda_graph_frame, triton_prefill_moe, triton_deltanet]
+# the uncompiled variant: compiled steps keep the branch they traced (dynamo does not guard on os.environ), and the
+# torch fallback test below unsets TRITON_INTERPRET
+EAGER = dataclasses.replace(cuda_graph_prefill, space=cuda_graph_prefill.space | {"compile_steps": (False,)})
 FRAMES = 3  # teacher-forced frames: prefill's prediction and two decode steps, which read the prefilled state
 
 
 @pytest.fixture(scope="module")
 def packages(tmp_path_factory):
     root, files = tmp_path_factory.mktemp("pkg"), transformed(engine_files(REFERENCE), BASE)
-    return load(files, root), load(transformed(files, [cuda_graph_prefill]), root)
+    return load(files, root), load(transformed(files, [EAGER]), root)
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +93,8 @@ def test_applies_only_on_top_of_its_three_requirements():
     files = transformed(reference, BASE)
     for params in cuda_graph_prefill.variants():
         paths = {p.path for p in cuda_graph_prefill.apply(files, params)}
-        assert {"prefill_program.py", "prefill_graphs.py", "graph_engine.py", "deltanet.py"} <= paths
+        assert {"prefill_program.py", "prefill_graphs.py", "prefill_ops.py", "graph_engine.py", "deltanet.py",
+                "moe.py"} <= paths
     with pytest.raises(NotApplicable):
         cuda_graph_prefill.apply(transformed(files, [cuda_graph_prefill]), next(cuda_graph_prefill.variants()))
 

@@ -12,18 +12,46 @@ The padding follows the real rows, so causal attention and the causal conv leave
   the counter of `append`, means nothing after a prefill (a replay leaves it as state.reset set it): the graph
   engine's steps index by buf.pos and never read it;
 - the padded tokens' MoE only costs compute, though it shows in the experts' expert_counts diagnostic.
+
+With COMPILE_STEPS each backbone layer (one compile per mixer kind, shared by the layers) and the whole tower go
+through inductor, their row dims marked dynamic so that one compile serves every bucket; the delta rule and the
+grouped MoE inside are opaque custom ops (prefill_ops.py). They compile in the warm-up run before a capture.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
+import torch.nn.functional as F
 
 from reference_runtime.api import ROW_WIDTH
 from reference_runtime.config import Drama3Config
 
+from .backbone import DecoderLayer
 from .drama3 import Drama3Model
 from .kv_cache import DeltaNetState
+from .layers import rms_norm
+from .prefill_graph_params import COMPILE_STEPS
 from .static_state import StaticKVCache, StaticState
-from .tower import is_semantic_token
+from .tower import Tower, is_semantic_token
+
+
+def _step(fn: Callable) -> Callable:
+    """fn through inductor if COMPILE_STEPS, shapes dynamic where marked (_dynamic_rows): one compile per kind
+    of call for every row bucket."""
+    return torch.compile(fn) if COMPILE_STEPS else fn
+
+
+def _dynamic_rows(*tensors: torch.Tensor) -> None:
+    """Mark dim 0 (the rows) dynamic before the first compile, so it is not specialised to the first bucket
+    ("maybe": should a guard need a fixed row count, that is a recompile per bucket, not an error)."""
+    if COMPILE_STEPS:
+        for t in tensors:
+            torch._dynamo.maybe_mark_dynamic(t, 0)
+
+
+backbone_layer = _step(DecoderLayer.__call__)
+tower = _step(Tower.__call__)
 
 
 class PrefillProgram:
@@ -50,9 +78,16 @@ class PrefillProgram:
         for cache in caches:
             if isinstance(cache, DeltaNetState):
                 cache.valid = self.length
-        hidden = self.model.backbone(rows[:, 0], positions, caches)
+        backbone = self.model.backbone  # Backbone.__call__, a layer at a time
+        x = F.embedding(rows[:, 0], backbone.embed_tokens)
+        _dynamic_rows(positions)
+        for layer, cache in zip(backbone.layers, caches):
+            _dynamic_rows(x)
+            x = backbone_layer(layer, x, positions, cache)
+        hidden = rms_norm(x, backbone.norm, backbone.eps)
         self.state.absorb(caches)
         labels = rows[1:]
-        self.model.tower(hidden[:-1], rows[:-1], labels[:, 1], is_semantic_token(self.config, labels[:, 0]),
-                         positions[:-1], self.state.tower, lambda k, _: labels[:, 1 + k])
+        inputs = hidden[:-1], rows[:-1], labels[:, 1], is_semantic_token(self.config, labels[:, 0]), positions[:-1]
+        _dynamic_rows(labels, *inputs)
+        tower(self.model.tower, *inputs, self.state.tower, lambda k, _: labels[:, 1 + k])
         self.state.buf.hidden.copy_(hidden.index_select(0, self.length - 1))

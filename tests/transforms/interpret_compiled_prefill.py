@@ -1,0 +1,76 @@
+"""cuda_graph_prefill(compile_steps=True) on CPU, run by test_triton_interpreter.py in a process started with
+TRITON_INTERPRET=1: the prefill program's backbone layers and tower go through dynamo and AOT autograd (backend
+aot_eager: inductor's C++ build takes minutes on 2 cores; inductor itself runs in the GPU test), the Triton
+kernels interpreted inside their custom ops. On drama3-tiny the teacher-forced logits match the reference in two
+row buckets, the second compiling nothing more (the rows are a dynamic dim), and dynamo breaks no graph (the
+kernels are opaque ops). The uncompiled variant: interpret_cuda_graph_prefill.py; inductor and capture on CUDA:
+tests/gpu/test_gpu_compiled_prefill.py."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+import os
+
+import pytest
+import torch
+from test_cuda_graphs import REFERENCE, load, transformed
+from torch._dynamo.utils import counters
+
+from candidates.repo import engine_files
+from knowledge_base.transforms.cuda_graph_frame import cuda_graph_frame
+from knowledge_base.transforms.cuda_graph_prefill import cuda_graph_prefill
+from knowledge_base.transforms.triton_deltanet import triton_deltanet
+from knowledge_base.transforms.triton_prefill_moe import triton_prefill_moe
+from reference_runtime.bench import bench_requests
+from reference_runtime.config import get_config
+from reference_runtime.model import build_engine
+from reference_runtime.prompt import build_rows
+from reference_runtime.teacher_forcing import teacher_forced
+from reference_runtime.weights import init_weights
+
+pytest.importorskip("triton")
+assert os.environ.get("TRITON_INTERPRET") == "1", "run through test_triton_interpreter.py (TRITON_INTERPRET=1)"
+CFG = get_config("drama3-tiny")
+FRAMES = 2  # the prefill's prediction and a decode step, which reads the prefilled caches and states
+
+
+def _variant(compile_steps: bool):
+    """Row buckets from 32: the interpreted kernels take seconds per 32 rows."""
+    space = cuda_graph_prefill.space | {"compile_steps": (compile_steps,), "min_rows": (32,)}
+    return dataclasses.replace(cuda_graph_prefill, space=space)
+
+
+@pytest.fixture(scope="module")
+def packages(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pkg")
+    base = transformed(engine_files(REFERENCE), [cuda_graph_frame, triton_prefill_moe, triton_deltanet])
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
+        return {on: load(transformed(base, [_variant(on)]), root) for on in (False, True)}
+
+
+def test_compile_steps_compiles_the_layer_and_tower_steps(packages):
+    assert next(cuda_graph_prefill.variants())["compile_steps"] is True  # the expected fastest first
+    for on, pkg in packages.items():
+        program = importlib.import_module(f"{pkg.__name__}.prefill_program")
+        assert program.COMPILE_STEPS is on
+        assert all(hasattr(step, "_torchdynamo_orig_callable") is on for step in (program.backbone_layer,
+                                                                                  program.tower))
+
+
+def test_one_compile_serves_every_bucket_and_matches_the_reference(packages):
+    weights = init_weights(CFG, seed=0, device="cpu")
+    ref, eng = build_engine(CFG, weights, "cpu"), packages[True].build_engine(CFG, weights, "cpu")
+    request = bench_requests(CFG, FRAMES)["hello"]
+    prompt, frames = build_rows(CFG, request, ref.tokenizer), ref.generate(request).frames
+    assert prompt.shape[0] == 52
+    counters.clear()
+    graphs = []
+    for rows in (prompt, prompt[:31]):  # buckets 64 and 32
+        got, want = teacher_forced(eng, rows, frames), teacher_forced(ref, rows, frames)
+        torch.testing.assert_close(got.main, want.main, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(got.codes, want.codes, atol=1e-5, rtol=1e-5)
+        graphs.append(counters["stats"]["unique_graphs"])
+    assert graphs == [3, 3]  # a DeltaNet layer, an attention layer, the tower: once each
+    assert not counters["graph_break"]
