@@ -8,7 +8,15 @@ from __future__ import annotations
 from .base import Files, Params, Patch, Transform, replace_once, template_files
 
 MOE = "decode_moe.py"
-_CALL = "    routed = routed_experts(x, top / top.sum(), ids, w, cfg)\n"
+CALL = "    routed = routed_experts(x, top / top.sum(), ids, w, cfg)\n"
+TRITON_CALL = """\
+    if x.is_cuda or os.environ.get("TRITON_INTERPRET") == "1":  # Triton is imported only where it can run
+        from .triton_moe import triton_routed_experts
+
+        routed = triton_routed_experts(x, top / top.sum(), ids, w, cfg)
+    else:
+        routed = routed_experts(x, top / top.sum(), ids, w, cfg)
+"""
 
 
 def _apply(files: Files, params: Params) -> list[Patch]:
@@ -24,14 +32,7 @@ BLOCK_N = {block_n}  # output rows per program (at most the FP8 block): smaller 
 NUM_WARPS = {warps}
 DOWN_SLOTS = {slots}  # selected experts per down-projection program (capped to what divides top-k)
 '''),
-        replace_once(files, MOE, _CALL, """\
-    if x.is_cuda or os.environ.get("TRITON_INTERPRET") == "1":  # Triton is imported only where it can run
-        from .triton_moe import triton_routed_experts
-
-        routed = triton_routed_experts(x, top / top.sum(), ids, w, cfg)
-    else:
-        routed = routed_experts(x, top / top.sum(), ids, w, cfg)
-"""),
+        replace_once(files, MOE, CALL, TRITON_CALL),
         replace_once(files, MOE, "import torch\n", "import os\n\nimport torch\n"),
     ]
 

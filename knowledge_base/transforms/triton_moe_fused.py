@@ -6,17 +6,9 @@ it requires, with its FP8 decoding in templates/fp8_triton/); the kernel file li
 from __future__ import annotations
 
 from .base import Files, Params, Patch, Transform, replace_once, template_files
-from .triton_fp8_moe import _CALL, MOE
+from .triton_fp8_moe import CALL, MOE, TRITON_CALL
 
 _PROJ = "    logits, shared_gate, shared_up, shared_scale = w.proj(x)\n"
-_TRITON_CALL = """\
-    if x.is_cuda or os.environ.get("TRITON_INTERPRET") == "1":  # Triton is imported only where it can run
-        from .triton_moe import triton_routed_experts
-
-        routed = triton_routed_experts(x, top / top.sum(), ids, w, cfg)
-    else:
-        routed = routed_experts(x, top / top.sum(), ids, w, cfg)
-"""
 
 
 def _apply(files: Files, params: Params) -> list[Patch]:
@@ -41,7 +33,7 @@ DOWN_WARPS = {sizes["down_warps"]}  # down kernel: the k experts of a tile sprea
 
         return fused_moe_decode(x, logits, shared_gate, shared_up, shared_scale, w, cfg)
 """),
-        replace_once(files, MOE, _TRITON_CALL, _CALL),  # that branch is never taken now
+        replace_once(files, MOE, TRITON_CALL, CALL),  # that branch is never taken now
     ]
 
 
