@@ -1,7 +1,8 @@
 """triton_deltanet: the Gated DeltaNet recurrence (deltanet.delta_rule) as one fused recurrent Triton kernel on
-CUDA, instead of T rounds of ~5 small torch ops. Every engine's eager prefill runs delta_rule; where
-cuda_graph_frame's decode_deltanet.py is present, its one-token step calls delta_rule too, so the captured
-decode frame gets the kernel as well. The kernel file lives in templates/triton_deltanet/.
+CUDA, instead of T rounds of ~5 small torch ops (with chunk_rows, calls of many tokens as two chunked-form
+kernels). Every engine's eager prefill runs delta_rule; where cuda_graph_frame's decode_deltanet.py is present,
+its one-token step calls delta_rule too, so the captured decode frame gets the kernel as well. The kernel file
+lives in templates/triton_deltanet/.
 """
 from __future__ import annotations
 
@@ -34,14 +35,17 @@ def _decode_patches(files: Files) -> list[Patch]:
 
 def _apply(files: Files, params: Params) -> list[Patch]:
     block_v, warps = int(params["block_v"]), int(params["num_warps"])
-    if block_v & (block_v - 1) or warps & (warps - 1):
-        raise ValueError(f"triton_deltanet: block_v ({block_v}) and num_warps ({warps}) must be powers of two")
+    chunk_rows = int(params["chunk_rows"])
+    if any(n & (n - 1) for n in (block_v, warps, chunk_rows)) or 0 < chunk_rows < 16:
+        raise ValueError(f"triton_deltanet: block_v ({block_v}), num_warps ({warps}) and chunk_rows ({chunk_rows}) "
+                         "must be powers of two, chunk_rows 0 or >= 16")
     return [
         *template_files(files, "triton_deltanet"),
         Patch("triton_deltanet_params.py", "", f'''\
 """Parameters the triton_deltanet transform was applied with."""
 BLOCK_V = {block_v}  # value columns per program (capped to what tiles dv): smaller = more programs in flight
 NUM_WARPS = {warps}
+CHUNK_ROWS = {chunk_rows}  # calls of at least this many tokens run the chunked kernels in chunks of it; 0: never
 '''),
         replace_once(files, DELTANET, _DOC_END + _LOOP, _DOC_END + """\
     if q.is_cuda or os.environ.get("TRITON_INTERPRET") == "1":  # Triton is imported only where it can run
@@ -65,11 +69,15 @@ triton_deltanet = Transform(
     feature="gated_deltanet",
     devices=frozenset({"cuda"}),
     apply=_apply,
-    space={"block_v": (16, 32, 64), "num_warps": (2, 4, 8)},  # fastest first on H200 at full dims
+    # fastest first on H200 at full dims; the chunked form (chunk_rows > 0) is not measured yet, so it comes after
+    space={"block_v": (16, 32, 64), "num_warps": (2, 4, 8), "chunk_rows": (0, 64, 32)},
     lesson="The reference runs the recurrence token by token: a prefill of T rows is T sequential rounds of tiny "
            "ops per DeltaNet layer, launch-bound (H200, full dims: ~30 ms per layer at 209 rows, ~1 s over the "
            "30 layers); the kernel makes it one launch (~0.16 ms, ~0.75 us per token of sequential latency), so it "
            "pays most on the first-chunk latency of long prompts (voice references). In the graph-captured decode "
            "step it turns ~6 ops per DeltaNet layer into one kernel (15.7 -> 2.5 us), ~3% of a 12 ms frame. "
-           "Small block_v (more programs, fewer state registers each) and 2 warps were fastest.",
+           "Small block_v (more programs, fewer state registers each) and 2 warps were fastest. The recurrent "
+           "kernel's prefill is still T sequential steps (~5 ms over 30 layers at 209 rows on the H200, ~0.8 us "
+           "a token); chunk_rows > 0 runs calls of that many tokens or more in the chunked (WY) form instead: "
+           "every chunk's factors in parallel, then T / chunk_rows sequential steps of fp32 tile products.",
 )

@@ -1,7 +1,8 @@
-"""cuda_graph_prefill(compile_steps=True) on CUDA, on scripts/gpu_fast_check.py's fast_all stack: inductor compiles
-the prefill's backbone-layer and tower steps once for all the row buckets captured at build, the engine passes the
-teacher-forced gate at drama3-mid and (slow) the full drama3 config, a prefill replays its graph without host
-syncs, and the prefill wall time of 52 and 209 rows is printed beside the uncompiled variant's (run with -s)."""
+"""cuda_graph_prefill(compile_steps=True) on CUDA, on scripts/gpu_fast_check.py's fast_all stack, with the delta
+rule recurrent or in chunks of 64 (triton_deltanet chunk_rows): inductor compiles the prefill's backbone-layer and
+tower steps once for all the row buckets captured at build, the engine passes the teacher-forced gate at
+drama3-mid and (slow) the full drama3 config, a prefill replays its graph without host syncs, and the prefill wall
+time of 52 and 209 rows is printed beside the uncompiled fast_all's (run with -s)."""
 from __future__ import annotations
 
 import pytest
@@ -21,34 +22,44 @@ FAST_ALL = ["cuda_graph_frame", "cuda_graph_codec", "triton_fp8_moe", "triton_pr
             "cuda_graph_prefill", "graph_topk_sampling"]
 
 
-def _stack(compile_steps: bool) -> list:
-    return [(TRANSFORMS[name], {"compile_steps": compile_steps} if name == "cuda_graph_prefill" else {})
-            for name in FAST_ALL]
+def _stack(compile_steps: bool, chunk_rows: int) -> list:
+    params = {"cuda_graph_prefill": {"compile_steps": compile_steps}, "triton_deltanet": {"chunk_rows": chunk_rows}}
+    return [(TRANSFORMS[name], params.get(name, {})) for name in FAST_ALL]
 
 
 @pytest.fixture(scope="module")
-def mid(load_package):
-    """(config, weights, reference, the compiled engine, dynamo graphs its build compiled)."""
+def weights():
+    return init_weights(config_named("drama3-mid"), seed=0, device=torch.device("cuda"))
+
+
+@pytest.fixture(scope="module")
+def plain(load_package, weights):
+    """fast_all as it was: the prefill graphs uncompiled, the recurrent delta rule."""
+    return load_package(_stack(False, 0)).build_engine(config_named("drama3-mid"), weights, torch.device("cuda"))
+
+
+@pytest.fixture(scope="module", params=[0, 64], ids=["recurrent", "chunk64"])
+def mid(request, load_package, weights):
+    """(config, reference, the compiled engine, dynamo graphs its build compiled, its chunk_rows)."""
     config, device = config_named("drama3-mid"), torch.device("cuda")
-    weights = init_weights(config, seed=0, device=device)
     counters.clear()
-    eng = load_package(_stack(True)).build_engine(config, weights, device)
-    return config, weights, build_engine(config, weights, device), eng, counters["stats"]["unique_graphs"]
+    eng = load_package(_stack(True, request.param)).build_engine(config, weights, device)
+    return config, build_engine(config, weights, device), eng, counters["stats"]["unique_graphs"], request.param
 
 
 def test_one_compile_serves_the_prewarmed_buckets(mid):
-    *_, eng, graphs = mid
+    _, _, eng, graphs, _ = mid
     assert sorted(eng.prefill_graphs._graphs) == [64, 128, 256, 512]
     assert graphs == 3  # a DeltaNet layer, an attention layer, the tower
 
 
 def test_passes_the_teacher_forced_gate(mid):
-    config, _, ref, eng, _ = mid
+    config, ref, eng, _, _ = mid
     assert_passes_gate(config, ref, eng)
 
 
 def test_prefill_replays_a_graph_without_host_syncs(mid):
-    config, _, _, eng, _ = mid
+    config, _, eng, _, _ = mid
     rows = _rows(config, "voice", eng)
     eng.prefill(rows, SamplingParams(), 0)
     torch.cuda.synchronize()
@@ -59,13 +70,12 @@ def test_prefill_replays_a_graph_without_host_syncs(mid):
         torch.cuda.set_sync_debug_mode("default")
 
 
-def test_prefill_wall_time(mid, load_package):
-    config, weights, _, eng, _ = mid
-    plain = load_package(_stack(False)).build_engine(config, weights, torch.device("cuda"))
+def test_prefill_wall_time(mid, plain):
+    config, _, eng, _, chunk_rows = mid
     for name in ("hello", "voice"):
         rows = _rows(config, name, eng)
-        print(f"\n{config.name} {name} ({rows.shape[0]} rows): prefill {_prefill_ms(plain, rows):.2f} ms graphed, "
-              f"{_prefill_ms(eng, rows):.2f} ms graphed + compiled")
+        print(f"\n{config.name} {name} ({rows.shape[0]} rows): prefill {_prefill_ms(plain, rows):.2f} ms fast_all, "
+              f"{_prefill_ms(eng, rows):.2f} ms compiled, delta rule chunk_rows {chunk_rows}")
 
 
 @pytest.mark.slow
@@ -74,5 +84,5 @@ def test_full_size_engine_passes_the_teacher_forced_gate(load_package):
     config, device = get_config("drama3"), torch.device("cuda")
     weights = init_weights(config, seed=0, device=device)
     ref = build_engine(config, weights, device)
-    eng = load_package(_stack(True)).build_engine(config, weights, device)
+    eng = load_package(_stack(True, 64)).build_engine(config, weights, device)
     assert_passes_gate(config, ref, eng)

@@ -1,7 +1,8 @@
 """triton_deltanet on CUDA: the kernel equals the reference delta_rule (outputs and final state) at the full
-model's Gated DeltaNet dims for decode and prompt-sized token counts, and the transformed reference and graph
-engines pass the teacher-forced gate at drama3-tiny and drama3-mid (the graph engine replays the kernel inside
-its captured decode frame)."""
+model's Gated DeltaNet dims for decode and prompt-sized token counts, so do the chunked kernels (chunk_rows; also
+stopped at a device valid length, as in a graph-captured prefill bucket), whose time beside the recurrent
+kernel's is printed (run with -s), and the transformed reference and graph engines pass the teacher-forced gate
+at drama3-tiny and drama3-mid (the graph engine replays the kernel inside its captured decode frame)."""
 from __future__ import annotations
 
 import importlib
@@ -21,11 +22,8 @@ from reference_runtime.weights import init_weights
 pytestmark = pytest.mark.gpu
 
 
-@pytest.mark.parametrize("tokens", [1, 52, 209])
-@pytest.mark.parametrize("block_v", [16, 32, 64])
-def test_kernel_matches_delta_rule_at_full_dims(load_package, tokens, block_v):
-    pkg = load_package([(triton_deltanet, {"block_v": block_v})])
-    kernels = importlib.import_module(f"{pkg.__name__}.triton_deltanet")
+def _full_dims_inputs(tokens: int) -> tuple[torch.Tensor, ...]:
+    """delta_rule's inputs at the full model's Gated DeltaNet dims, as the layer makes them, and a start state."""
     cfg, dev = get_config("drama3").backbone, torch.device("cuda")
     nv, dk, dv = cfg.linear_num_value_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim
     gen = torch.Generator(device=dev).manual_seed(tokens)
@@ -34,7 +32,18 @@ def test_kernel_matches_delta_rule_at_full_dims(load_package, tokens, block_v):
     v = torch.randn(tokens, nv, dv, generator=gen, device=dev)
     beta = torch.rand(tokens, nv, generator=gen, device=dev)
     g = -torch.rand(tokens, nv, generator=gen, device=dev)
-    state = torch.randn(nv, dk, dv, generator=gen, device=dev)
+    return q, k, v, beta, g, torch.randn(nv, dk, dv, generator=gen, device=dev)
+
+
+def _kernels(load_package, params: dict):
+    return importlib.import_module(f"{load_package([(triton_deltanet, params)]).__name__}.triton_deltanet")
+
+
+@pytest.mark.parametrize("tokens", [1, 52, 209])
+@pytest.mark.parametrize("block_v", [16, 32, 64])
+def test_kernel_matches_delta_rule_at_full_dims(load_package, tokens, block_v):
+    kernels = _kernels(load_package, {"block_v": block_v, "chunk_rows": 0})
+    q, k, v, beta, g, state = _full_dims_inputs(tokens)
     want_state, got_state = state.clone(), state.clone()
     want = delta_rule(q, k, v, beta, g, want_state)  # the reference package: its torch loop on CUDA too
     got = kernels.triton_delta_rule(q, k, v, beta, g, got_state)
@@ -42,11 +51,49 @@ def test_kernel_matches_delta_rule_at_full_dims(load_package, tokens, block_v):
     torch.testing.assert_close(got_state, want_state, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize(("tokens", "valid"), [(64, None), (209, None), (256, 209), (256, 52)])
+@pytest.mark.parametrize("chunk_rows", [64, 32])
+def test_chunked_kernels_match_delta_rule_at_full_dims(load_package, tokens, valid, chunk_rows):
+    kernels = _kernels(load_package, {"chunk_rows": chunk_rows})
+    q, k, v, beta, g, state = _full_dims_inputs(tokens)
+    n = tokens if valid is None else valid
+    want_state, got_state = state.clone(), state.clone()
+    want = delta_rule(q[:n], k[:n], v[:n], beta[:n], g[:n], want_state)
+    length = None if valid is None else torch.tensor([valid], device=q.device)
+    got = kernels.triton_delta_rule(q, k, v, beta, g, got_state, length)
+    torch.testing.assert_close(got[:n], want, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(got_state, want_state, atol=1e-5, rtol=1e-4)
+    assert not got[n:].any()
+
+
+def test_chunked_kernel_time(load_package):
+    """Per layer call as a graph-captured prefill bucket makes it (256 rows, the first 52 or 209 valid), timed over
+    a CUDA graph of 20 calls, so host launch overhead does not count."""
+    q, k, v, beta, g, state = _full_dims_inputs(256)
+    for chunk_rows in (0, 64, 32):
+        kernels = _kernels(load_package, {"chunk_rows": chunk_rows})
+        for valid in (52, 209):
+            length = torch.tensor([valid], device=q.device)
+            kernels.triton_delta_rule(q, k, v, beta, g, state.clone(), length)  # compile, outside the capture
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for _ in range(20):
+                    kernels.triton_delta_rule(q, k, v, beta, g, state, length)
+            graph.replay()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            torch.cuda.synchronize()
+            print(f"\nchunk_rows {chunk_rows}, valid {valid}: {start.elapsed_time(end) / 20 * 1e3:.1f} us per call")
+
+
 @pytest.mark.parametrize("config_name", ["drama3-tiny", "drama3-mid"])
 @pytest.mark.parametrize("base", [[], [cuda_graph_frame]], ids=["reference", "graph"])
-def test_engine_passes_the_teacher_forced_gate(load_package, config_name, base):
+@pytest.mark.parametrize("chunk_rows", [0, 64])
+def test_engine_passes_the_teacher_forced_gate(load_package, config_name, base, chunk_rows):
     config, device = config_named(config_name), torch.device("cuda")
     weights = init_weights(config, seed=0, device=device)
     ref = build_engine(config, weights, device)
-    eng = load_package([*((t, {}) for t in base), (triton_deltanet, {})]).build_engine(config, weights, device)
-    assert_passes_gate(config, ref, eng)
+    steps = [*((t, {}) for t in base), (triton_deltanet, {"chunk_rows": chunk_rows})]
+    assert_passes_gate(config, ref, load_package(steps).build_engine(config, weights, device))

@@ -3,8 +3,9 @@ TRITON_INTERPRET=1: the prefill program's backbone layers and tower go through d
 aot_eager: inductor's C++ build takes minutes on 2 cores; inductor itself runs in the GPU test), the Triton
 kernels interpreted inside their custom ops. On drama3-tiny the teacher-forced logits match the reference in two
 row buckets, the second compiling nothing more (the rows are a dynamic dim), and dynamo breaks no graph (the
-kernels are opaque ops). The uncompiled variant: interpret_cuda_graph_prefill.py; inductor and capture on CUDA:
-tests/gpu/test_gpu_compiled_prefill.py."""
+kernels are opaque ops). The delta rule runs in chunks of 32 (triton_deltanet chunk_rows), so inside the program
+the chunked kernels stop at the prompt's device row count. The uncompiled variant: interpret_cuda_graph_prefill.py;
+inductor and capture on CUDA: tests/gpu/test_gpu_compiled_prefill.py."""
 from __future__ import annotations
 
 import dataclasses
@@ -44,7 +45,8 @@ def _variant(compile_steps: bool):
 @pytest.fixture(scope="module")
 def packages(tmp_path_factory):
     root = tmp_path_factory.mktemp("pkg")
-    base = transformed(engine_files(REFERENCE), [cuda_graph_frame, triton_prefill_moe, triton_deltanet])
+    chunked = dataclasses.replace(triton_deltanet, space=triton_deltanet.space | {"chunk_rows": (32,)})
+    base = transformed(engine_files(REFERENCE), [cuda_graph_frame, triton_prefill_moe, chunked])
     with pytest.MonkeyPatch.context() as m:
         m.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
         return {on: load(transformed(base, [_variant(on)]), root) for on in (False, True)}

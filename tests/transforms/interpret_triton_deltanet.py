@@ -2,9 +2,12 @@
 with TRITON_INTERPRET=1: the kernel equals the reference delta_rule (outputs and final state) at drama3-tiny's
 head dims and at dims that split the value dim over programs, and the reference and graph engines with the
 transform keep the reference's teacher-forced logits on drama3-tiny, with the kernel running in both prefill and
-(graph engine) decode. Full-size dims on CUDA: tests/gpu/."""
+(graph engine) decode. The chunked form (chunk_rows 64 and 32) equals delta_rule too, at tiny and full head dims,
+over partial chunks and with a device valid length, and runs only for calls of at least chunk_rows tokens.
+Full-size dims on CUDA: tests/gpu/."""
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 
@@ -18,6 +21,7 @@ from knowledge_base.transforms import NotApplicable
 from knowledge_base.transforms.cuda_graph_frame import cuda_graph_frame
 from knowledge_base.transforms.triton_deltanet import triton_deltanet
 from reference_runtime.api import TTSRequest
+from reference_runtime.bench import bench_requests
 from reference_runtime.config import get_config
 from reference_runtime.model import build_engine
 from reference_runtime.model.deltanet import delta_rule
@@ -36,6 +40,13 @@ def packages(tmp_path_factory):
     root = tmp_path_factory.mktemp("pkg")
     return {name: load(transformed(engine_files(REFERENCE), [*base, triton_deltanet]), root)
             for name, base in BASES.items()}
+
+
+@pytest.fixture(scope="module", params=[64, 32], ids=["chunk64", "chunk32"])
+def chunked(request, tmp_path_factory):
+    """The reference package with triton_deltanet(chunk_rows=64 or 32)."""
+    transform = dataclasses.replace(triton_deltanet, space=triton_deltanet.space | {"chunk_rows": (request.param,)})
+    return load(transformed(engine_files(REFERENCE), [transform]), tmp_path_factory.mktemp("chunked"))
 
 
 def _kernels(pkg):
@@ -105,3 +116,40 @@ def test_engine_teacher_forced_logits_match_reference(packages, base, monkeypatc
     torch.testing.assert_close(got.main, want.main, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(got.codes, want.codes, atol=1e-5, rtol=1e-5)
     assert max(lengths) > 1 and (base == "reference" or 1 in lengths)  # prefill; the graph engine's decode steps
+
+
+@pytest.mark.parametrize(("T", "nv", "dk", "dv", "valid"), [(64, 4, 16, 16, None), (70, 4, 16, 16, None),
+                                                            (100, 2, 16, 32, 50), (130, 2, 128, 128, None),
+                                                            (96, 2, 128, 128, 70)],
+                         ids=["one_chunk", "partial_chunk", "valid", "full_dims", "full_dims_valid"])
+def test_chunked_kernels_match_delta_rule(chunked, T, nv, dk, dv, valid):
+    q, k, v, beta, g, state = _inputs(T, nv, dk, dv)
+    n = T if valid is None else valid
+    want_state, got_state = state.clone(), state.clone()
+    want = delta_rule(q[:n], k[:n], v[:n], beta[:n], g[:n], want_state)
+    got = _kernels(chunked).triton_delta_rule(q, k, v, beta, g, got_state, None if valid is None else torch.tensor([n]))
+    torch.testing.assert_close(got[:n], want, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(got_state, want_state, rtol=1e-4, atol=1e-5)
+    assert not got[n:].any()
+
+
+def test_only_calls_of_chunk_rows_tokens_or_more_run_chunked(chunked, monkeypatch):
+    kernels, calls = _kernels(chunked), []
+    chunked_form = kernels._chunked
+    monkeypatch.setattr(kernels, "_chunked", lambda q, *args: calls.append(q.shape[0]) or chunked_form(q, *args))
+    for T in (1, kernels.CHUNK_ROWS - 1, kernels.CHUNK_ROWS):
+        kernels.triton_delta_rule(*_inputs(T, 2, 16, 16))
+    assert calls == [kernels.CHUNK_ROWS]
+
+
+def test_engine_with_chunks_keeps_the_reference_logits(chunked):
+    """The multi-sentence prompt: 135 rows, whole chunks and a partial one."""
+    weights = init_weights(CFG, seed=0, device="cpu")
+    ref, eng = build_engine(CFG, weights, "cpu"), chunked.build_engine(CFG, weights, "cpu")
+    request = bench_requests(CFG, 3)["sentences"]
+    frames = ref.generate(request).frames
+    rows = build_rows(CFG, request, ref.tokenizer)
+    assert rows.shape[0] == 135
+    want, got = teacher_forced(ref, rows, frames), teacher_forced(eng, rows, frames)
+    torch.testing.assert_close(got.main, want.main, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got.codes, want.codes, atol=1e-5, rtol=1e-5)
