@@ -2,9 +2,11 @@
 
     verdict = evaluate(candidate_dir, target, baseline_dir=..., work_dir=...)
     calibration = calibrate_noise(baseline_dir, target, work_dir=...)   # A/A noise floor, pass to evaluate()
+    live_workers.stop_all()   # on an interrupt: kill every worker of this process
 """
+from . import live_workers
 from .evaluate import calibrate_noise, evaluate
 from .statistics import NoiseCalibration
 from .verdict import EvaluatorError, Status, Verdict
 
-__all__ = ["evaluate", "calibrate_noise", "NoiseCalibration", "EvaluatorError", "Status", "Verdict"]
+__all__ = ["live_workers", "evaluate", "calibrate_noise", "NoiseCalibration", "EvaluatorError", "Status", "Verdict"]

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from targets.schema import Target
 
-from . import procs
+from . import live_workers, procs
 from .channel import CUDA_FAULT_MARKERS, ChannelClosed, ChannelTimeout, JudgeChannel, ProtocolError, WorkerInit
 from .confine import Confinement
 from .devices import worker_devices
@@ -130,6 +130,7 @@ class Worker:
             for fd in (to_child_r, from_child_w, log):
                 os.close(fd)
         self.channel = JudgeChannel(from_child_r, to_child_w)
+        live_workers.add(self)
         self._last_rss_check = 0.0
         self.frozen = False
         self.notes: list[str] = []  # what confine() could not apply, from the worker's first message
@@ -184,8 +185,13 @@ class Worker:
             procs.signal_all(self.proc.pid, self.uid, signal.SIGCONT)
             self.frozen = False
 
-    def kill(self) -> None:
+    def terminate(self) -> None:
+        """Kill its processes from any thread; the owning thread then sees the exit and closes the channel."""
         procs.kill_all(self.proc.pid, self.uid)
+
+    def kill(self) -> None:
+        self.terminate()
+        live_workers.discard(self)
         self.channel.close()
         try:
             self.proc.wait(timeout=10)

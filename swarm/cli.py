@@ -3,6 +3,7 @@ render. Exit codes: 0 ok, 1 a candidate rejected or a harness error, 2 bad usage
 """
 from __future__ import annotations
 
+import signal
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from evaluator import EvaluatorError
+from evaluator import EvaluatorError, live_workers
 from targets import Target, TargetError, load_target
 
 from .agents.base import AgentError
@@ -48,6 +49,23 @@ def _usage_errors() -> Iterator[None]:
         raise typer.Exit(2) from None
 
 
+@contextmanager
+def _interruptible() -> Iterator[None]:
+    """Ctrl-C and SIGTERM (a job scheduler, `timeout`) kill every evaluator worker at once, then raise
+    KeyboardInterrupt: the workers run in their own sessions, so neither signal reaches them. A verdict reaches
+    the knowledge base only when its evaluation finished, so `--resume` runs the interrupted ones again."""
+    def stop(signum: int, frame: object) -> None:
+        live_workers.stop_all()
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def _target(path: Path) -> Target:
     with _usage_errors():
         return load_target(path)
@@ -62,16 +80,20 @@ def run(target_file: Annotated[Path, typer.Argument(help="target YAML, e.g. targ
 
     target = _target(target_file)
     progress = LiveProgress(target)
-    with _usage_errors(), build_swarm(target, [progress]) as swarm:
+    with _usage_errors(), build_swarm(target, [progress]) as swarm, _interruptible():
         try:
             with progress:
                 outcome = swarm.resume(resume) if resume else swarm.start()
-        except EvaluatorError as e:
+        except (EvaluatorError, KeyboardInterrupt) as e:
             run_id = resume or progress.run_id
-            console.print(f"[bold red]harness error:[/bold red] {escape(str(e))}", soft_wrap=True)
+            interrupted = isinstance(e, KeyboardInterrupt)
+            console.print("[bold red]interrupted[/bold red] (evaluations in flight are dropped and run again on "
+                          "resume)" if interrupted else f"[bold red]harness error:[/bold red] {escape(str(e))}",
+                          soft_wrap=True)
             if run_id:
-                console.print(f"the run's state is saved; after fixing it: swarm run {target_file} --resume {run_id}")
-            raise typer.Exit(1) from None
+                console.print(f"the run's state is saved; {'to go on' if interrupted else 'after fixing it'}: "
+                              f"swarm run {target_file} --resume {run_id}", soft_wrap=True)
+            raise typer.Exit(130 if interrupted else 1) from None
         render_summary(swarm.kb, outcome.run_id, out)
 
 
@@ -88,7 +110,7 @@ def eval_(candidate_dir: Annotated[Path, typer.Argument(help="an engine package 
         baseline_dir = baseline or reference_engine_dir(target)
         if not candidate_dir.is_dir():
             raise FileNotFoundError(f"{candidate_dir}: not a directory; pass an engine package directory")
-    with tempfile.TemporaryDirectory(prefix="swarm-eval-") as work:
+    with tempfile.TemporaryDirectory(prefix="swarm-eval-") as work, _interruptible():
         try:
             verdict = evaluate(candidate_dir, target, baseline_dir=baseline_dir, work_dir=Path(work))
         except EvaluatorError as e:
@@ -165,7 +187,8 @@ def nightly(target_files: Annotated[list[Path], typer.Argument(help="target YAML
     from .factory import build_swarm
     from .nightly import run_nightly
 
-    report = run_nightly(target_files, budget_gpu_hours, lambda target: build_swarm(target))
+    with _interruptible():
+        report = run_nightly(target_files, budget_gpu_hours, lambda target: build_swarm(target))
     table = Table(title=f"nightly {report.day}")
     for name in ("target", "run", "kept", "best speedup", "result"):
         table.add_column(name)

@@ -1,0 +1,59 @@
+"""SIGTERM (a scheduler, `timeout`) or Ctrl-C on `swarm run`: every evaluator worker dies with it, the run's state
+and wall time are saved, and the message names the command that resumes it."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from knowledge_base import KnowledgeStore
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _workers_under(home: Path) -> list[int]:
+    """Pids of processes working in `home` (evaluator workers run with their cwd in the run's work dirs)."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                if os.readlink(f"/proc/{entry.name}/cwd").startswith(str(home)):
+                    found.append(int(entry.name))
+            except OSError:
+                pass  # exited, or not ours to read
+    return found
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_kills_the_workers_and_keeps_the_run_resumable(tmp_path, sig):
+    home = tmp_path / "home"
+    env = {**os.environ, "SWARM_HOME": str(home), "COLUMNS": "200"}
+    proc = subprocess.Popen([sys.executable, "-m", "swarm", "run", "targets/drama3_cpu.yaml"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not _workers_under(home) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _workers_under(home), "no evaluator worker started"
+        time.sleep(1.0)  # let the worker get busy loading its model
+        proc.send_signal(sig)
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, output
+    assert "interrupted" in output
+    store = KnowledgeStore(home / "kb.sqlite")
+    try:
+        run = store.runs()[0]
+    finally:
+        store.close()
+    assert f"swarm run targets/drama3_cpu.yaml --resume {run.id}" in output.replace("\n", " ")
+    assert run.elapsed_s > 0  # the interrupted session's wall time still counts against the budget
+    time.sleep(0.5)
+    assert _workers_under(home) == []
