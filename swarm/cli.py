@@ -1,5 +1,5 @@
 """The `swarm` command line (typer): run, eval, review, kb, nightly. Thin: parse, call one library function,
-render. Exit codes: 0 ok, 1 a candidate rejected or a harness error, 2 bad usage or configuration.
+render. Exit codes: 0 ok, 1 a candidate rejected or a harness error, 2 bad usage or configuration, 130 interrupted.
 """
 from __future__ import annotations
 
