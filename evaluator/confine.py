@@ -89,7 +89,8 @@ def _die_with_judge(judge: int, out: Confined) -> None:
 def _home(tmp: str) -> None:
     """Every cache and temp file goes to the private tmp (wiped with the worker). USER/LOGNAME: the fresh uid has no
     passwd entry, and getpass.getuser() (inductor's and triton's cache paths) raises without them."""
-    os.environ.update(USER="swarm-worker", LOGNAME="swarm-worker", HOME=tmp, TMPDIR=tmp, XDG_CACHE_HOME=f"{tmp}/.cache", TRITON_CACHE_DIR=f"{tmp}/.triton",
+    os.environ.update(USER="swarm-worker", LOGNAME="swarm-worker", HOME=tmp, TMPDIR=tmp,
+                      XDG_CACHE_HOME=f"{tmp}/.cache", TRITON_CACHE_DIR=f"{tmp}/.triton",
                       TORCHINDUCTOR_CACHE_DIR=f"{tmp}/.inductor")
     tempfile.tempdir = None
 

@@ -7,8 +7,9 @@
 One weight dict serves the reference engine and each transformed engine (built one at a time). Per engine:
 teacher-forced logits vs the reference on 2 prompts x 16 frames (the evaluator's check_logits, H200 target
 tolerances), decode ms/frame (CUDA events and synchronised wall clock), and for each of the seed's three prompts
-the prefill time and streaming TTFA (1-frame first chunk), frames/s and RTF over --frames frames; peak memory, and a per-stage breakdown from separately captured stage
-graphs. A failing engine is reported and the next one runs; the JSON is rewritten after every engine.
+the prefill time and streaming TTFA (1-frame first chunk), frames/s and RTF over --frames frames; peak memory,
+and a per-stage breakdown from separately captured stage graphs. A failing engine is reported and the next one
+runs; the JSON is rewritten after every engine.
 """
 from __future__ import annotations
 
@@ -363,7 +364,8 @@ def print_table(reports: list[Report]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="JSON results path")
-    parser.add_argument("--engines", default="graph_triton,graph,graph_h5moe,graph_unfused", help=f"of {sorted(RECIPES)}")
+    parser.add_argument("--engines", default="graph_triton,graph,graph_h5moe,graph_unfused",
+                        help=f"of {sorted(RECIPES)}")
     parser.add_argument("--frames", type=int, default=200, help="frames per timed decode run and stream trial")
     parser.add_argument("--trials", type=int, default=3, help="timed stream trials per engine (after one warm-up)")
     parser.add_argument("--reference-frames", type=int, default=16, help="the eager reference is slow: fewer frames")
@@ -382,7 +384,8 @@ def main() -> None:
     tol = load_target(REPO / "targets" / "drama3_h200.yaml").tolerances
     weights = init_weights(config, seed=0, device=device)
     sync()
-    header = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "torch": torch.__version__, "config": config.name,
+    header = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+              "torch": torch.__version__, "config": config.name,
               "weights_gib": sum(t.numel() * t.element_size() for t in weights.values()) / 2**30,
               "weights_s": time.perf_counter() - started}
     print(header, flush=True)

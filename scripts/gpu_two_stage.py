@@ -55,7 +55,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="JSON results path")
     parser.add_argument("--engine", type=Path, default=REFERENCE, help="engine package directory")
-    parser.add_argument("--kept", help="instead of --engine, a kept engine of $SWARM_HOME's knowledge base: id or 'best'")
+    parser.add_argument("--kept",
+                        help="instead of --engine, a kept engine of $SWARM_HOME's knowledge base: id or 'best'")
     parser.add_argument("--recipe", choices=sorted(RECIPES), help="transforms applied on top of --engine")
     parser.add_argument("--target", type=Path, default=REPO / "targets" / "drama3_h200.yaml",
                         help="prompts, frames and trial counts come from its benchmark section")
