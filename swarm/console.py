@@ -38,10 +38,13 @@ def _goal(value: float | None, goal: float | None, op: str, fmt: str) -> str:
 
 
 class LiveProgress:
-    """An event listener that redraws a small panel: iteration, candidates in flight, best so far, spend."""
+    """An event listener that redraws a small panel: iteration, candidates in flight, best so far, spend. Where
+    the output is not a terminal (a log file, cron, `timeout` on a lent machine) it prints a line per event
+    instead, as it happens: a panel there is drawn once, at exit, and a killed run would leave no log at all."""
 
-    def __init__(self, target: Target, max_recent: int = 6):
+    def __init__(self, target: Target, max_recent: int = 6, out: Console = console):
         self.target = target
+        self.out = out
         self.max_recent = max_recent
         self.run_id = ""
         self.iteration = 0
@@ -51,15 +54,19 @@ class LiveProgress:
         self.spend: ev.SpendUpdated | None = None
         self.recent: list[ev.EvaluationFinished | ev.CandidateProposed] = []
         self.notes: list[str] = []
-        self._live = Live(self.render(), console=console, refresh_per_second=4, transient=False)
+        self._live = Live(self.render(), console=out, refresh_per_second=4, transient=False) \
+            if out.is_terminal else None
+        self._last_line = ""
 
     def __enter__(self) -> LiveProgress:
-        self._live.__enter__()
+        if self._live:
+            self._live.__enter__()
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        self._live.__exit__(exc_type, exc, tb)
+        if self._live:
+            self._live.__exit__(exc_type, exc, tb)
 
     def __call__(self, event: ev.Event) -> None:
         match event:
@@ -88,7 +95,11 @@ class LiveProgress:
                 self.notes.append(f"stopped: {event.reason}")
         self.recent = self.recent[-self.max_recent:]
         self.notes = self.notes[-3:]
-        self._live.update(self.render())
+        if self._live:
+            self._live.update(self.render())
+        elif (line := _line(event)) and line != self._last_line:  # the loop reports the same spend twice at the end
+            self._last_line = line
+            self.out.print(f"[{event.time[11:19]}] {line}", highlight=False, markup=False, soft_wrap=True)
 
     def render(self) -> Group:
         t, budget = self.target, self.target.budget
@@ -117,3 +128,32 @@ class LiveProgress:
             else:
                 recent.add_row(e.candidate_id, status_text("rejected"), "-", e.error.splitlines()[0][:200])
         return Group(head, recent, *(Text(n, style="dim") for n in self.notes))
+
+
+def _line(event: ev.Event) -> str:
+    """One log line for an event worth a line (an evaluation's start is its proposal's line)."""
+    match event:
+        case ev.RunStarted():
+            return f"{'resumed' if event.resumed else 'started'} {event.run_id} ({event.target}), baseline " \
+                   f"{event.baseline_id}"
+        case ev.BaselineChecked() | ev.NoiseCalibrated():
+            return event.summary
+        case ev.IterationStarted():
+            return f"iteration {event.iteration}: {event.slots} candidates on {event.parent_id}"
+        case ev.CandidateProposed():
+            return f"{event.candidate_id} by {event.agent}: " + (
+                f"rejected: {event.error.splitlines()[0][:200]}" if event.error else event.title)
+        case ev.EvaluationFinished():
+            speedup = f" {event.speedup:.3f}x" if event.speedup else ""
+            return f"{event.candidate_id} {event.status}{speedup} in {event.seconds:.0f} s: {event.summary}"
+        case ev.EngineKept():
+            fps = "-" if event.frames_per_s is None else f"{event.frames_per_s:.1f}"
+            ttfa = "-" if event.ttfa_ms is None else f"{event.ttfa_ms:.1f}"
+            return f"kept {event.candidate_id}: {event.speedup_vs_baseline:.3f}x the baseline, {fps} frames/s, " \
+                   f"TTFA {ttfa} ms"
+        case ev.SpendUpdated():
+            return f"spent: {event.iterations} iterations, {event.wall_minutes:.1f} wall min, " \
+                   f"{event.gpu_hours:.3f} device h, ${event.dollars:.2f}"
+        case ev.RunStopped():
+            return f"stopped: {event.reason}"
+    return ""

@@ -1,5 +1,8 @@
-"""The live progress panel follows a run's events: iteration, in flight, best vs baseline and goals, spend."""
+"""The live progress panel follows a run's events: iteration, in flight, best vs baseline and goals, spend; off a
+terminal it logs a line per event as it happens."""
 from __future__ import annotations
+
+import io
 
 from loop_helpers import fake_swarm, small_target
 from rich.console import Console
@@ -22,3 +25,27 @@ def test_live_progress_tracks_the_run():
     for expected in ("iteration  2/2", "1.500x baseline", "150.0 (goal >= 400)", "$1.00/5", "rejected",
                      "stopped: iteration budget spent"):
         assert expected in text, text
+
+
+def test_off_a_terminal_each_event_is_a_line_when_it_happens():
+    target = small_target(budget={"iterations": 2})
+    log = io.StringIO()
+    progress = LiveProgress(target, out=Console(file=log, force_terminal=False, width=120))
+    lines_after_iteration_1 = []
+
+    def snapshot(event):
+        if event.kind == "iteration_started" and event.iteration == 2:
+            lines_after_iteration_1.extend(log.getvalue().splitlines())
+
+    with fake_swarm(target, [FakeAgent("a", {(1, 0): 1.5, (2, 1): "bad_edit"})],
+                    listeners=[progress, snapshot]) as swarm, progress:
+        swarm.start()
+    text = log.getvalue()
+    # written while the run went on, not drawn once at exit
+    assert any("kept fake-cpu-001.i001.s00: 1.500x the baseline" in line for line in lines_after_iteration_1), text
+    for expected in ("started fake-cpu-001", "iteration 2: 2 candidates on fake-cpu-001.i001.s00", "rejected:",
+                     "stopped: iteration budget spent"):
+        assert expected in text, text
+    assert "┏" not in text and "in flight" not in text  # no panel
+    lines = [line.split("] ", 1)[1] for line in text.splitlines() if line.startswith("[")]
+    assert len(lines) == len(set(lines))
