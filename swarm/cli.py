@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from evaluator import EvaluatorError, live_workers
-from targets import Target, TargetError, load_target
+from targets import Target, TargetError, load_target, with_budget
 
 from .agents.base import AgentError
 from .baseline import BaselineError
@@ -30,6 +30,7 @@ kb_app = typer.Typer(no_args_is_help=True, help="Inspect the knowledge base: run
 app.add_typer(kb_app, name="kb")
 out = Console()
 
+_OVERRIDE = "instead of the target's budget.{}, for this run in all (what it spent before --resume counts)"
 KbOption = Annotated[Path | None, typer.Option("--kb", help="knowledge base file [default: $SWARM_HOME/kb.sqlite]")]
 
 
@@ -73,12 +74,18 @@ def _target(path: Path) -> Target:
 
 @app.command()
 def run(target_file: Annotated[Path, typer.Argument(help="target YAML, e.g. targets/drama3_cpu.yaml")],
-        resume: Annotated[str | None, typer.Option(help="continue this run id after a stop or crash")] = None) -> None:
+        resume: Annotated[str | None, typer.Option(help="continue this run id after a stop or crash")] = None,
+        iterations: Annotated[int | None, typer.Option(help=_OVERRIDE.format("iterations"))] = None,
+        wall_minutes: Annotated[float | None, typer.Option(help=_OVERRIDE.format("wall_minutes"))] = None,
+        gpu_hours: Annotated[float | None, typer.Option(help=_OVERRIDE.format("gpu_hours"))] = None,
+        dollars: Annotated[float | None, typer.Option(help=_OVERRIDE.format("dollars"))] = None) -> None:
     """Search for faster engines for a target until its acceptance criteria hold or its budget is spent."""
     from .factory import build_swarm
     from .review import render_summary
 
-    target = _target(target_file)
+    with _usage_errors():
+        target = with_budget(_target(target_file), iterations=iterations, wall_minutes=wall_minutes,
+                             gpu_hours=gpu_hours, dollars=dollars)
     progress = LiveProgress(target)
     with _usage_errors(), build_swarm(target, [progress]) as swarm, _interruptible():
         try:

@@ -127,6 +127,22 @@ class TargetError(ValueError):
     """A target file that cannot be used; the message names the file, line and fix."""
 
 
+def with_budget(target: Target, **changes: float | None) -> Target:
+    """`target` with the given budget fields replaced (None leaves one alone): the command line's overrides, e.g.
+    to continue a run within another time-limited GPU lease without editing the target file."""
+    from pydantic import ValidationError
+
+    given = {k: v for k, v in changes.items() if v is not None}
+    if not given:
+        return target
+    try:
+        budget = BudgetSpec.model_validate(target.budget.model_dump() | given)
+    except ValidationError as e:
+        raise TargetError("; ".join(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}"
+                                    for err in e.errors())) from e
+    return target.model_copy(update={"budget": budget})
+
+
 def load_target(path: str | Path) -> Target:
     import yaml
 

@@ -2,14 +2,17 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from loop_helpers import fake_swarm, small_target
 from swarm_fakes import FakeAgent
 from typer.testing import CliRunner
 
 from swarm.cli import app
+from targets import load_target, with_budget
 
 runner = CliRunner(env={"COLUMNS": "250"})
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run_with_a_kept_engine() -> str:
@@ -67,3 +70,13 @@ def test_review_of_an_unknown_run_exits_2():
 def test_nightly_rejects_a_non_positive_budget(tmp_path):
     result = runner.invoke(app, ["nightly", str(tmp_path / "t.yaml"), "--budget-gpu-hours", "0"])
     assert result.exit_code == 2 and "must be > 0" in result.output
+
+
+def test_budget_options_override_the_target_file(tmp_path):
+    target = load_target(ROOT / "targets" / "drama3_h200_quick.yaml")
+    raised = with_budget(target, wall_minutes=30, iterations=None)
+    assert raised.budget.wall_minutes == 30 and raised.budget.iterations == target.budget.iterations
+    assert raised.budget.gpu_hours == target.budget.gpu_hours and with_budget(target) is target
+    result = runner.invoke(app, ["run", str(ROOT / "targets" / "drama3_cpu.yaml"), "--wall-minutes", "-1"])
+    assert result.exit_code == 2 and "--wall-minutes: Input should be greater than 0" in result.output, result.output
+    assert "Traceback" not in result.output
