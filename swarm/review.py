@@ -116,12 +116,19 @@ def render_review(review: RunReview, console: Console) -> None:
         console.print(Syntax(r.diff or "(empty diff)", "diff", theme="ansi_dark", word_wrap=True))
 
 
+# a budget stop reason (swarm/budget.py) -> the `swarm run` option that raises that budget
+_BUDGET_OPTIONS = (("iteration budget", "--iterations"), ("wall-clock budget", "--wall-minutes"),
+                   ("GPU-hour budget", "--gpu-hours"), ("dollar budget", "--dollars"))
+
+
 def render_summary(kb: KnowledgeStore, run_id: str, console: Console) -> None:
     """The closing lines of `swarm run`: kept engines with their speedup over the baseline, and what to run next."""
     view = RunView.load(kb, run_id)
     console.print(f"run {run_id} stopped: {view.run.stop_reason or view.run.state.value}")
-    if "budget spent" in view.run.stop_reason:
-        console.print(f"to continue it: raise the target's budget, then `swarm run TARGET --resume {run_id}`")
+    spent = next((option for kind, option in _BUDGET_OPTIONS if view.run.stop_reason.startswith(kind)), None)
+    if spent:
+        console.print(f"to continue it: `swarm run TARGET --resume {run_id} {spent} N` with N above what was spent "
+                      "(or raise the target file's budget)")
     if not view.kept:
         console.print(f"no engine kept (baseline {view.baseline.id}); `swarm kb show {run_id}` lists the verdicts")
         return

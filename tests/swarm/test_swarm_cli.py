@@ -5,10 +5,14 @@ import json
 from pathlib import Path
 
 from loop_helpers import fake_swarm, small_target
+from rich.console import Console
 from swarm_fakes import FakeAgent
 from typer.testing import CliRunner
 
+from knowledge_base import KnowledgeStore
 from swarm.cli import app
+from swarm.paths import kb_path
+from swarm.review import render_summary
 from targets import load_target, with_budget
 
 runner = CliRunner(env={"COLUMNS": "250"})
@@ -80,3 +84,15 @@ def test_budget_options_override_the_target_file(tmp_path):
     result = runner.invoke(app, ["run", str(ROOT / "targets" / "drama3_cpu.yaml"), "--wall-minutes", "-1"])
     assert result.exit_code == 2 and "--wall-minutes: Input should be greater than 0" in result.output, result.output
     assert "Traceback" not in result.output
+
+
+def test_a_budget_stop_names_the_option_that_raises_it():
+    run_id = _run_with_a_kept_engine()
+    screen = Console(width=250, record=True)
+    store = KnowledgeStore(kb_path())
+    try:
+        render_summary(store, run_id, screen)
+    finally:
+        store.close()
+    text = screen.export_text()
+    assert "iteration budget spent (2/2)" in text and f"swarm run TARGET --resume {run_id} --iterations N" in text
