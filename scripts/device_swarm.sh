@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# A swarm run split over time-limited GPU leases: unpack the state that the last lease packed, run the swarm
+# until SECONDS have passed (then SIGTERM: workers die, the run stays resumable), and pack the state into $OUT.
+#   scripts/device_swarm.sh STATE.tgz|fresh SECONDS TARGET [swarm run options, e.g. --resume ID --wall-minutes 30]
+# STATE.tgz holds swarm_home/ (kb.sqlite, the engines repo, each run's events.jsonl): what the last call left in
+# $OUT/swarm_home.tgz. The home goes to $SWARM_DEVICE_HOME (default /opt/swarm_home): not /tmp, which evaluator
+# workers see privately.
+set -u -o pipefail
+[ $# -ge 3 ] || { echo "usage: $0 STATE.tgz|fresh SECONDS TARGET [swarm run options]" >&2; exit 2; }
+state=$1 seconds=$2 target=$3
+shift 3
+home=${SWARM_DEVICE_HOME:-/opt/swarm_home}
+out=${OUT:?set OUT to the folder that comes back}
+if [ -d .whl ]; then source scripts/device_env.sh >/dev/null; fi  # the lent machine lacks some packages
+rm -rf "$home" && mkdir -p "$home"
+if [ "$state" != fresh ]; then
+    tar -xzf "$state" -C "$home" --strip-components=1 || exit 2
+fi
+SWARM_HOME=$home timeout "$seconds" python3 -m swarm run "$target" "$@" > "$out/swarm.log" 2>&1
+rc=$?
+tail -n 40 "$out/swarm.log"
+echo "swarm run exit code $rc (124: stopped at the $seconds s limit; --resume it in the next call)"
+# the slim state: scratch dirs and engine checkouts are rebuilt on resume
+shopt -s nullglob
+(cd "$home" && tar -czf "$out/swarm_home.tgz" --transform 's,^,swarm_home/,' kb.sqlite engines runs/*/events.jsonl)
+exit $rc

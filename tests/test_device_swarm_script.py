@@ -1,0 +1,41 @@
+"""scripts/device_swarm.sh, the swarm split over time-limited leases, run on CPU: a fresh run stopped by its time
+limit packs a state that the next call resumes from."""
+from __future__ import annotations
+
+import os
+import subprocess
+import tarfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _call(tmp_path: Path, name: str, *args: str) -> tuple[subprocess.CompletedProcess, Path]:
+    out = tmp_path / name
+    out.mkdir()
+    env = os.environ | {"OUT": str(out), "SWARM_DEVICE_HOME": str(tmp_path / "home"), "COLUMNS": "200"}
+    done = subprocess.run(["bash", "scripts/device_swarm.sh", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300, check=False)
+    return done, out
+
+
+def test_a_time_limited_call_packs_a_state_the_next_call_resumes(tmp_path):
+    first, out = _call(tmp_path, "out1", "fresh", "20", "targets/drama3_cpu.yaml")
+    assert first.returncode == 124, first.stdout + first.stderr
+    log = (out / "swarm.log").read_text()
+    assert "started drama3-cpu-001" in log and "interrupted" in log, log
+    with tarfile.open(out / "swarm_home.tgz") as packed:
+        names = packed.getnames()
+    assert "swarm_home/kb.sqlite" in names and "swarm_home/runs/drama3-cpu-001/events.jsonl" in names, names
+    assert not any("/work/" in n for n in names)  # evaluator scratch stays behind
+
+    second, out = _call(tmp_path, "out2", str(tmp_path / "out1" / "swarm_home.tgz"), "15",
+                        "targets/drama3_cpu.yaml", "--resume", "drama3-cpu-001")
+    assert second.returncode == 124, second.stdout + second.stderr
+    assert "resumed drama3-cpu-001" in (out / "swarm.log").read_text()
+
+
+def test_bad_usage_exits_2():
+    done = subprocess.run(["bash", "scripts/device_swarm.sh", "fresh"], cwd=ROOT, capture_output=True, text=True,
+                          check=False)
+    assert done.returncode == 2 and "usage:" in done.stderr
