@@ -6,10 +6,10 @@ templates/triton_sampling/.
 """
 from __future__ import annotations
 
-from .base import Files, NotApplicable, Params, Patch, Transform, replace_once, template_files
+from .base import Files, Params, Patch, Transform, replace_once, template_files
 
 SAMPLING = "decode_sampling.py"
-_KEY = "        key = _mix32(((seed ^ (seed >> 32)) * 0x9E3779B1 + pos) & MASK32)\n"
+_DRAW = "    def draw(self, seed: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:\n"
 _MAIN_BODY = "    width = logits.shape[-1]\n    first = race("
 _CODE_BODY = "    # masked_fill, not setitem:"
 _PREDICATE = '''\
@@ -37,22 +37,20 @@ def _apply(files: Files, params: Params) -> list[Patch]:
     warps = {name: int(params[name]) for name in ("main_warps", "code_warps")}
     if any(w < 1 or w & (w - 1) for w in warps.values()):
         raise ValueError(f"triton_sampling: warps must be powers of two, got {warps}")
-    if "triton_sampling.py" in files:
-        raise NotApplicable("triton_sampling is already in this engine")
     return [
         *template_files(files, "triton_sampling"),
         Patch("triton_sampling_params.py", "", f'''\
 """Parameters the triton_sampling transform was applied with."""
-MAIN_WARPS = {warps["main_warps"]}  # the main draw: 1 + codebook_size logits (an 8192-wide block at full size)
+MAIN_WARPS = {warps["main_warps"]}  # the main draw: 1 + codebook_size logits, an 8192-wide block at full size
 CODE_WARPS = {warps["code_warps"]}  # a code draw: the residual codebook's valid logits (1024 at full size)
 '''),
         replace_once(files, SAMPLING, "import torch\n", "import os\n\nimport torch\n"),
         replace_once(files, SAMPLING, "class NoiseTable:\n", _PREDICATE),
-        replace_once(files, SAMPLING, _KEY, """\
+        replace_once(files, SAMPLING, _DRAW + "        key = ", _DRAW + """\
         if triton_draws(seed):  # the kernels hash the noise themselves from (seed, position, slot's first index)
             slots = len(self.index)
             return torch.stack((seed.expand(slots), pos.expand(slots), self.index[:, 0]), dim=1)
-""" + _KEY),
+        key = """),
         replace_once(files, SAMPLING, _MAIN_BODY,
                      _dispatch("triton_draw_main(logits, params, recent, noise, MAIN, RAS)") + _MAIN_BODY),
         replace_once(files, SAMPLING, _CODE_BODY,
@@ -69,7 +67,7 @@ triton_sampling = Transform(
     feature="sampling",
     devices=frozenset({"cuda"}),
     apply=_apply,
-    space={"main_warps": (8, 16, 4), "code_warps": (4, 8, 2)},
+    space={"main_warps": (16, 8, 32), "code_warps": (4, 8, 2)},
     requires=("cuda_graph_frame",),
     lesson="Seeded draws are unchanged (same hash noise, same filters; only float32 near-ties can differ). The "
            "torch draws were ~25 kernels for the main token (a sort of the 4097-wide head) and ~10 per code, "

@@ -22,6 +22,7 @@ from reference_runtime.api import SamplingParams
 
 from .triton_sampling_params import CODE_WARPS, MAIN_WARPS
 
+
 @triton.jit
 def _mix32(x):
     """decode_sampling._mix32 on uint32: the products wrap modulo 2^32 as the masked int64 ones do."""
@@ -35,7 +36,7 @@ def _mix32(x):
 @triton.jit
 def _noise(slot_ptr, offs, PRECISE_LOG: tl.constexpr):
     """NoiseTable.draw's Exp(1) noise at the slot's indices offs: the same hash and float32 steps. The log is
-    libdevice's (CUDA's logf, what torch uses) on the GPU; the interpreter has only NumPy's (<= 1 ulp apart)."""
+    libdevice's (CUDA's logf, what torch uses) on the GPU; the interpreter has only NumPy's (a ulp or two apart)."""
     seed = tl.load(slot_ptr)
     key = _mix32((seed ^ (seed >> 32)).to(tl.uint32) * 0x9E3779B1 + tl.load(slot_ptr + 1).to(tl.uint32))
     bits = _mix32(_mix32((tl.load(slot_ptr + 2) + offs).to(tl.uint32) ^ key) + key)
@@ -76,8 +77,10 @@ def _nucleus(p, offs, top_p, KEEP_CROSSING: tl.constexpr, BLOCK: tl.constexpr):
     Either set is every p at or above a cut-off, the least bit pattern t passing the test (p >= 0, so the bits
     order as the floats)."""
     bits = p.to(tl.int32, bitcast=True)
-    lo = tl.zeros((), tl.int64)
-    hi = tl.max(bits, 0).to(tl.int64) + (0 if KEEP_CROSSING else 1)  # passes: nothing lies above it
+    lo = tl.min(bits, 0).to(tl.int64)  # a cut-off below the least p keeps what this one keeps: everything
+    hi = tl.max(bits, 0).to(tl.int64)  # passes: nothing lies above it (at or above it, +1 without keep_crossing)
+    if not KEEP_CROSSING:
+        hi += 1
     for _ in range(31):  # p <= 1.0, whose bits are < 2^30
         mid = lo + (hi - lo) // 2
         if KEEP_CROSSING:
