@@ -1,5 +1,6 @@
 """The `swarm` command line (typer): run, eval, review, kb, nightly. Thin: parse, call one library function,
-render. Exit codes: 0 ok, 1 a candidate rejected or a harness error, 2 bad usage or configuration, 130 interrupted.
+render. Exit codes: 0 ok, 1 a candidate rejected or a harness error, 2 bad usage or configuration, 130 interrupted
+(Ctrl-C or SIGTERM).
 """
 from __future__ import annotations
 
@@ -62,6 +63,9 @@ def _interruptible() -> Iterator[None]:
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
+    except KeyboardInterrupt:
+        console.print("[bold red]interrupted[/bold red]")
+        raise typer.Exit(130) from None
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

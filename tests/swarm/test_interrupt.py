@@ -1,5 +1,5 @@
-"""SIGTERM (a scheduler, `timeout`) or Ctrl-C on `swarm run`: every evaluator worker dies with it, the run's state
-and wall time are saved, and the message names the command that resumes it."""
+"""SIGTERM (a scheduler, `timeout`) or Ctrl-C on `swarm run` or `swarm eval`: every evaluator worker dies with it,
+the run's state and wall time are saved, and the message names the command that resumes it."""
 from __future__ import annotations
 
 import os
@@ -29,12 +29,12 @@ def _workers_under(home: Path) -> list[int]:
     return found
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_signal_kills_the_workers_and_keeps_the_run_resumable(tmp_path, sig):
-    home = tmp_path / "home"
-    env = {**os.environ, "SWARM_HOME": str(home), "COLUMNS": "200"}
-    proc = subprocess.Popen([sys.executable, "-m", "swarm", "run", "targets/drama3_cpu.yaml"], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def _interrupt(args: list[str], home: Path, sig: int) -> tuple[int, str]:
+    """Start `swarm ARGS`, signal it once a worker is busy; its exit code and output."""
+    env = {**os.environ, "SWARM_HOME": str(home), "TMPDIR": str(home), "COLUMNS": "200"}
+    home.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "swarm", *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 180
         while not _workers_under(home) and proc.poll() is None and time.monotonic() < deadline:
@@ -46,7 +46,16 @@ def test_signal_kills_the_workers_and_keeps_the_run_resumable(tmp_path, sig):
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130, output
+    time.sleep(0.5)
+    assert _workers_under(home) == [], output
+    return proc.returncode, output
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_kills_the_workers_and_keeps_the_run_resumable(tmp_path, sig):
+    home = tmp_path / "home"
+    code, output = _interrupt(["run", "targets/drama3_cpu.yaml"], home, sig)
+    assert code == 130, output
     assert "interrupted" in output
     store = KnowledgeStore(home / "kb.sqlite")
     try:
@@ -55,5 +64,9 @@ def test_signal_kills_the_workers_and_keeps_the_run_resumable(tmp_path, sig):
         store.close()
     assert f"swarm run targets/drama3_cpu.yaml --resume {run.id}" in output.replace("\n", " ")
     assert run.elapsed_s > 0  # the interrupted session's wall time still counts against the budget
-    time.sleep(0.5)
-    assert _workers_under(home) == []
+
+
+def test_sigterm_on_eval_kills_its_workers(tmp_path):
+    code, output = _interrupt(["eval", "reference_runtime/model", "--target", "targets/drama3_cpu.yaml"],
+                              tmp_path / "home", signal.SIGTERM)
+    assert code == 130 and "interrupted" in output, output
