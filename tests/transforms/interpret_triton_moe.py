@@ -11,7 +11,7 @@ import os
 
 import pytest
 import torch
-from test_cuda_graphs import REFERENCE, load, transformed
+from test_cuda_graphs import REFERENCE, assert_logits_match, load, transformed
 
 from candidates.repo import engine_files
 from knowledge_base.transforms import NotApplicable
@@ -21,8 +21,6 @@ from reference_runtime.api import TTSRequest
 from reference_runtime.config import get_config
 from reference_runtime.fp8 import FP8_DTYPE, quantize_blocks
 from reference_runtime.model import build_engine
-from reference_runtime.prompt import build_rows
-from reference_runtime.teacher_forcing import teacher_forced
 from reference_runtime.weights import init_weights
 from swarm.edits import apply_edits
 from swarm.proposal import FileEdit
@@ -100,9 +98,4 @@ def test_kernels_match_torch_routed_experts(pkg, split_down, shape, split):
 def test_engine_teacher_forced_logits_match_reference(pkg):
     weights = init_weights(CFG, seed=0, device="cpu")
     ref, eng = build_engine(CFG, weights, "cpu"), pkg.build_engine(CFG, weights, "cpu")
-    request = TTSRequest(text="Hello", max_frames=3, ignore_eos=True, seed=1)
-    frames = ref.generate(request).frames
-    rows = build_rows(CFG, request, ref.tokenizer)
-    want, got = teacher_forced(ref, rows, frames), teacher_forced(eng, rows, frames)
-    torch.testing.assert_close(got.main, want.main, atol=1e-4, rtol=1e-4)
-    torch.testing.assert_close(got.codes, want.codes, atol=1e-4, rtol=1e-4)
+    assert_logits_match(ref, eng, TTSRequest(text="Hello", max_frames=3, ignore_eos=True, seed=1))

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 from interpret_triton_moe_fused import _proposer_order
-from test_cuda_graphs import REFERENCE, load, transformed
+from test_cuda_graphs import REFERENCE, assert_logits_match, load, transformed
 
 from candidates.repo import engine_files
 from knowledge_base.transforms import TRANSFORMS, NotApplicable
@@ -23,8 +23,6 @@ from knowledge_base.transforms.triton_sampling import triton_sampling
 from reference_runtime.api import SamplingParams, TTSRequest
 from reference_runtime.config import get_config
 from reference_runtime.model import build_engine
-from reference_runtime.prompt import build_rows
-from reference_runtime.teacher_forcing import teacher_forced
 from reference_runtime.weights import init_weights
 
 triton = pytest.importorskip("triton")
@@ -161,12 +159,7 @@ def test_engine_matches_the_graph_engine(packages, monkeypatch):
                             or _f(*args))
     weights = init_weights(CFG, seed=0, device="cpu")
     ref, eng = build_engine(CFG, weights, "cpu"), fast.build_engine(CFG, weights, "cpu")
-    request = TTSRequest(text="Hello", max_frames=3, ignore_eos=True, seed=1)
-    frames = ref.generate(request).frames
-    rows = build_rows(CFG, request, ref.tokenizer)
-    want, got = teacher_forced(ref, rows, frames), teacher_forced(eng, rows, frames)
-    torch.testing.assert_close(got.main, want.main, atol=1e-4, rtol=1e-4)
-    torch.testing.assert_close(got.codes, want.codes, atol=1e-4, rtol=1e-4)
+    frames = assert_logits_match(ref, eng, TTSRequest(text="Hello", max_frames=3, ignore_eos=True, seed=1))
     assert calls["triton_draw_main"] == len(frames) and calls["triton_draw_code"] == (CFG.num_codebooks - 1) * len(
         frames)
     sampling = SamplingParams(code_top_k=8, ras_top_k=8)  # tiny heads are 64 wide: keep top-k below that

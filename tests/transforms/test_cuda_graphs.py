@@ -38,6 +38,17 @@ def transformed(files: dict[str, str], transforms) -> dict[str, str]:
     return files
 
 
+def assert_logits_match(ref, eng, request: TTSRequest, tol: float = 1e-4) -> torch.Tensor:
+    """`eng` teacher-forced on the reference's own frames for `request` gives the reference's main and code logits
+    (atol = rtol = tol); returns those frames."""
+    frames = ref.generate(request).frames
+    rows = build_rows(CFG, request, ref.tokenizer)
+    want, got = teacher_forced(ref, rows, frames), teacher_forced(eng, rows, frames)
+    torch.testing.assert_close(got.main, want.main, atol=tol, rtol=tol)
+    torch.testing.assert_close(got.codes, want.codes, atol=tol, rtol=tol)
+    return frames
+
+
 def load(files: dict[str, str], root: Path):
     name = f"cuda_graphs_pkg_{next(_counter)}"
     write_files(files, root / name)
@@ -90,12 +101,7 @@ def _voice() -> TTSRequest:
 @pytest.mark.parametrize("request_", [TTSRequest(text="Hello there", max_frames=10, ignore_eos=True, seed=2),
                                       _voice()], ids=["text", "voice"])
 def test_teacher_forced_logits_match_reference(engines, request_):
-    ref, eng = engines
-    frames = ref.generate(request_).frames
-    rows = build_rows(CFG, request_, ref.tokenizer)
-    want, got = teacher_forced(ref, rows, frames), teacher_forced(eng, rows, frames)
-    torch.testing.assert_close(got.main, want.main, atol=1e-4, rtol=1e-4)
-    torch.testing.assert_close(got.codes, want.codes, atol=1e-4, rtol=1e-4)
+    assert_logits_match(*engines, request_)
 
 
 @pytest.fixture(scope="module")
