@@ -102,7 +102,10 @@ def _race(x, offs, slot_ptr, temperature, top_p, top_k, GREEDY: tl.constexpr, HA
     if GREEDY:
         index = _first_max(x, offs, BLOCK)
     else:
-        x = x / temperature
+        # The float arguments come in as fp64 when torch.compile launches this kernel (inductor_decode_steps):
+        # cast them, or x turns fp64 and the float32 bit tricks below do not compile.
+        x = x / tl.cast(temperature, tl.float32)
+        top_p = tl.cast(top_p, tl.float32)
         if HAS_TOP_K:
             x = tl.where(_kth_largest(x, top_k), x, float("-inf"))
         e = tl.exp(x - tl.max(x, 0))
