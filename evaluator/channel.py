@@ -27,6 +27,22 @@ TICK_S = 0.05
 # error texts meaning the CUDA context is poisoned: the worker classifies its exceptions by them, the judge its logs
 CUDA_FAULT_MARKERS = ("illegal memory access", "device-side assert", "CUDA error", "misaligned address",
                       "unspecified launch failure", "CUBLAS_STATUS", "cuDNN error")
+# error texts of a device allocation that failed. Their fix is to use less memory, not to repair a kernel, so they
+# are checked first: cuBLAS and the CUDA runtime report them as "CUDA error: ...", which is also a fault marker.
+ALLOC_FAILURE_MARKERS = ("CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED", "CUDA error: out of memory",
+                         "CUDA out of memory")
+DEVICE_OOM_FIX = ("the engine needs more device memory than is free next to the reference engine on this GPU: "
+                  "keep weights quantised (no dequantised copies of the FP8 experts) and free what build_engine copies")
+
+
+def cuda_failure(text: str) -> str | None:
+    """The category of an error text from a CUDA call: "oom" (an allocation failed), "cuda_fault" (the context
+    is poisoned) or None (neither)."""
+    if any(m in text for m in ALLOC_FAILURE_MARKERS):
+        return "oom"
+    if any(m in text for m in CUDA_FAULT_MARKERS):
+        return "cuda_fault"
+    return None
 
 
 @dataclass(frozen=True, slots=True)

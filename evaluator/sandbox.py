@@ -21,7 +21,15 @@ from pathlib import Path
 from targets.schema import Target
 
 from . import live_workers, procs
-from .channel import CUDA_FAULT_MARKERS, ChannelClosed, ChannelTimeout, JudgeChannel, ProtocolError, WorkerInit
+from .channel import (
+    DEVICE_OOM_FIX,
+    ChannelClosed,
+    ChannelTimeout,
+    JudgeChannel,
+    ProtocolError,
+    WorkerInit,
+    cuda_failure,
+)
 from .confine import Confinement
 from .devices import worker_devices
 from .verdict import Status
@@ -269,7 +277,10 @@ def _exit_failure(role: str, code: int | None, tail: str) -> WorkerFailure:
         if code == -signal.SIGKILL:
             return WorkerFailure(role, Status.OOM, "killed by SIGKILL (the kernel's OOM killer?)", tail)
         return WorkerFailure(role, Status.CRASH, f"killed by {name}", tail)
-    if any(m in tail for m in CUDA_FAULT_MARKERS):
+    failure = cuda_failure(tail)
+    if failure == "oom":
+        return WorkerFailure(role, Status.OOM, f"a device allocation failed (see the log tail): {DEVICE_OOM_FIX}", tail)
+    if failure == "cuda_fault":
         return WorkerFailure(role, Status.CUDA_FAULT, "CUDA fault (see the log tail)", tail)
     if "MemoryError" in tail or "OutOfMemoryError" in tail:
         return WorkerFailure(role, Status.OOM, "ran out of memory (see the log tail)", tail)

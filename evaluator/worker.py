@@ -17,7 +17,7 @@ from collections.abc import Callable
 import torch
 from torch.autograd import DeviceType
 
-from .channel import CUDA_FAULT_MARKERS, ChannelClosed, WorkerChannel, WorkerInit
+from .channel import DEVICE_OOM_FIX, ChannelClosed, WorkerChannel, WorkerInit, cuda_failure
 from .confine import confine
 from .verdict import PROFILE_NAME_CHARS, PROFILE_ROWS
 
@@ -203,15 +203,17 @@ def _build(init: WorkerInit, package_root: str | None, devices: tuple[torch.devi
 def _error_reply(e: BaseException) -> dict:
     traceback.print_exc()  # into the log, whose tail the verdict carries
     text = f"{type(e).__name__}: {e}"
-    if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":
+    message = text[:2000]
+    failure = cuda_failure(text)
+    if isinstance(e, MemoryError):
         category = "oom"
     elif isinstance(e, Violation):
         category = "violation"
-    elif any(m in text for m in CUDA_FAULT_MARKERS):
-        category = "cuda_fault"
+    elif failure == "oom" or type(e).__name__ == "OutOfMemoryError":
+        category, message = "oom", f"{message}; {DEVICE_OOM_FIX}"
     else:
-        category = "exception"
-    return {"kind": "error", "category": category, "message": text[:2000]}
+        category = failure or "exception"
+    return {"kind": "error", "category": category, "message": message}
 
 
 def _hardware(devices: tuple[torch.device, ...]) -> str:

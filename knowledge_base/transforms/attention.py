@@ -45,7 +45,10 @@ def apply_rope('''),
 
 rope_tables = Transform(
     name="rope_tables",
-    impact=1.05,
+    impact={"cpu": 1.077,  # measured in the CPU demo, but noisy (spread 78%, CI 0.945-1.090)
+            # a guess: a few elementwise kernels per attention call in a ~4,000-kernel eager frame; the graphed
+            # frame (cuda_graph_frame) has its own RoPE tables
+            "cuda": 1.01},
     summary="look RoPE cos/sin up in tables computed once per geometry instead of recomputing the angles "
             "on every attention call",
     feature="gated_attention",
@@ -88,7 +91,10 @@ def _gqa_sdpa(files: Files, params: Params) -> list[Patch]:
 
 gqa_sdpa = Transform(
     name="gqa_sdpa",
-    impact=1.2,
+    impact={"cpu": 1.065,  # measured alone in the CPU demo (docs/benchmarks.md)
+            # a guess: two KV copies fewer per attention call of a ~4,000-kernel eager frame; the graphed frame
+            # has its own attention, so after cuda_graph_frame only an eager prefill gains
+            "cuda": 1.02},
     summary="let SDPA share KV heads across query groups (enable_gqa) instead of repeat_interleave copies of "
             "the whole cache, and skip the mask when one new row attends to the full cache",
     feature="gated_attention",

@@ -38,9 +38,20 @@ class Transform:
     space: Mapping[str, tuple] = field(default_factory=dict)  # parameter -> candidate values, best guess first
     requires: tuple[str, ...] = ()  # transforms that must already be in the lineage
     lesson: str = ""  # what to expect when it is tried (where it pays off, what it costs), for the agents
-    # Rough prior of the whole-frame speedup, only to order untried transforms (lessons override it): the H200
-    # measurement in docs/benchmarks.md where one exists, else a guess from the micro-timings in its tests.
-    impact: float = 1.0
+    # Device type -> rough prior of the frames/s speedup on that device, only to order untried transforms (lessons
+    # override it). Per device because payoffs do not carry over: CPU-measured priors sent an H200 run to
+    # fp8_dequant_at_build, whose bf16 experts do not fit next to the reference engine, and to CPU tweaks before
+    # the GPU's sampling and codec transforms. A measurement (docs/benchmarks.md, docs/measurements/) where one
+    # exists, else an estimate saying why.
+    impact: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not set(self.impact) <= self.devices:  # a prior for a device it never runs on is a typo
+            raise ValueError(f"{self.name}: a prior for {sorted(set(self.impact) - self.devices)}, not in its devices")
+
+    def prior(self, device: str) -> float:
+        """The prior speedup on a device type ("cpu", "cuda"); 1.0 where none is given."""
+        return self.impact.get(device, 1.0)
 
     def variants(self) -> Iterator[Params]:
         """Every parameter combination, in the space's order (the first is the default)."""

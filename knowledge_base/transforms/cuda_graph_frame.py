@@ -42,7 +42,9 @@ def _apply(files: Files, params: Params) -> list[Patch]:
 
 cuda_graph_frame = Transform(
     name="cuda_graph_frame",
-    impact=20.0,  # measured on H200 (docs/benchmarks.md)
+    # measured on the H200: decode 252.6 -> 20.49 ms/frame by CUDA events (docs/benchmarks.md); end to end in
+    # the swarm's 12-frame trials, whose time is mostly the eager prefill, 1.52-1.99x
+    impact={"cuda": 12.3},
     summary="replay each decode frame (backbone, lm_head, RAS draw, tower, heads) as one CUDA graph over "
             "preallocated KV/DeltaNet state with on-device MoE routing and sampling; sync once per chunk",
     feature="decode_graph",

@@ -121,9 +121,8 @@ def _apply(files: Files, params: Params) -> list[Patch]:
 
 cuda_graph_prefill = Transform(
     name="cuda_graph_prefill",
-    # A guess, not a measurement: on the H200 the fast stack's eager prefill is ~160 ms (launch-bound) of a
-    # 12-frame trial's ~300 ms; a graph replay should take it to ~10-20 ms.
-    impact=1.5,
+    # measured on the H200 by the swarm (session 4): kept at 1.68x on i004.s00 (1.30x, noisy, on i003.s00)
+    impact={"cuda": 1.68},
     summary="replay the prefill (backbone over the prompt, teacher-forced tower) as one CUDA graph per "
             "power-of-two row bucket over padded static input rows, the row count on the device: the DeltaNet "
             "recurrence stops there and causal masking keeps the real rows exact; optionally inductor-fused first",

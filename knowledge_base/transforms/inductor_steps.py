@@ -14,7 +14,9 @@ def _apply(files: Files, params: Params) -> list[Patch]:
 
 inductor_decode_steps = Transform(
     name="inductor_decode_steps",
-    impact=1.44,  # measured on H200 (docs/benchmarks.md): 11.22 -> 7.81 ms/frame on the fast stack
+    # measured on the H200: 11.22 -> 7.81 ms/frame on the fast stack (docs/benchmarks.md); the swarm's 12-frame
+    # trials, where the prefill weighs heavily, saw 1.04x (session 5)
+    impact={"cuda": 1.44},
     summary="torch.compile (inductor, static shapes) the decode frame's mixer, tower-layer and draw steps "
             "before CUDA graph capture: fewer, fused kernels per frame",
     feature="decode_graph",

@@ -48,7 +48,10 @@ def _topk_first(files: Files, params: Params) -> list[Patch]:
 
 topk_first_sampling = Transform(
     name="topk_first_sampling",
-    impact=1.1,
+    impact={"cpu": 1.017,  # measured alone in the CPU demo (drama3-tiny's 64-wide heads)
+            # a guess: the sorts it removes took ~0.4 ms of the 11.8 ms graphed H200 frame, <1% of the ~250 ms eager
+            # frame; the graphed frame's sampler is graph_topk_sampling's to rewrite
+            "cuda": 1.01},
     summary="sample top-k draws (RAS, codes 1..9) from the k largest logits instead of sorting and scattering "
             "over the whole vocabulary, with the same noise stream so seeded outputs do not change",
     feature="sampling",
@@ -98,7 +101,9 @@ def _graph_topk_first(files: Files, params: Params) -> list[Patch]:
 
 graph_topk_sampling = Transform(
     name="graph_topk_sampling",
-    impact=1.03,  # a guess from the H200 kernel profile: ~0.4 ms of the 11.8 ms frame went to sorts
+    # a guess from the H200 fast checks: the sampling stage took 1.12 ms of an 11.2 ms frame with the full-sort
+    # sampler and 0.69 ms in a stack with this one (session 3), at most ~1.04x; the whole frames did not differ
+    impact={"cuda": 1.03},
     summary="in the graph engine's sampler, draw top-k-limited tokens (RAS, codes 1..9) from the k largest "
             "logits: a top-k and a k-wide softmax instead of a sort, cumsum and scatter over the whole head",
     feature="sampling",

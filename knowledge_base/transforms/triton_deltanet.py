@@ -60,10 +60,10 @@ CHUNK_ROWS = {chunk_rows}  # calls of at least this many tokens run the chunked 
 
 triton_deltanet = Transform(
     name="triton_deltanet",
-    # A guess, not a whole-engine measurement: on H200 the kernel cuts the delta rule ~200x in prefill (~30 ms ->
-    # ~0.16 ms per layer at 209 rows) and ~6x in the graphed decode step (15.7 -> 2.5 us per layer, ~0.4 ms of a
-    # ~12 ms frame); short trials weigh the prefill heavily.
-    impact=1.3,
+    # measured on the H200 by the swarm (session 4): 2.04x on cuda_graph_frame + triton_prefill_moe (kept),
+    # 1.37x on triton_prefill_moe alone. Mostly the prefill (the delta rule ~200x faster there, ~6x in decode),
+    # which 12-frame trials weigh heavily.
+    impact={"cuda": 2.0},
     summary="run the Gated DeltaNet delta rule as one fused recurrent Triton kernel per layer call (state tile "
             "in registers across all tokens) in the eager prefill and, with cuda_graph_frame, the decode step",
     feature="gated_deltanet",

@@ -39,7 +39,9 @@ DOWN_SLOTS = {slots}  # selected experts per down-projection program (capped to 
 
 triton_fp8_moe = Transform(
     name="triton_fp8_moe",
-    impact=1.7,  # measured on H200 (docs/benchmarks.md)
+    # measured on the H200: decode 20.49 -> 12.11 ms/frame (docs/benchmarks.md); the swarm kept it at 1.42x in
+    # 12-frame trials (session 4)
+    impact={"cuda": 1.69},
     summary="compute the decode step's top-k routed experts with two Triton FP8 GEMV kernels reading the "
             "128x128-block FP8 weights in place (gate|up + SiLU, then down + weighted sum)",
     feature="fp8_moe",

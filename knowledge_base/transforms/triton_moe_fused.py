@@ -39,7 +39,9 @@ DOWN_WARPS = {sizes["down_warps"]}  # down kernel: the k experts of a tile sprea
 
 triton_moe_fused = Transform(
     name="triton_moe_fused",
-    impact=1.3,  # a guess: ~12 -> 3 kernels per layer in a frame bound by its ~2,000 kernels (H200: MoE 3.06 of 7.8 ms)
+    # measured on the H200 by the swarm (session 5, docs/measurements/2026-12-03_h200_s5_swarm_home.tgz):
+    # 1.14x (CI 0.99-1.18) on the kept five-transform engine
+    impact={"cuda": 1.14},
     summary="run the graphed decode MoE after the router/shared GEMV as two Triton kernels per layer: routing "
             "(softmax, top-k, renormalisation) recomputed in every program of a block-FP8 gate|up + SiLU kernel, "
             "then one down kernel summing the k routed experts and the gated shared expert per output tile",

@@ -60,7 +60,9 @@ CODE_WARPS = {warps["code_warps"]}  # a code draw: the residual codebook's valid
 
 triton_sampling = Transform(
     name="triton_sampling",
-    impact=1.05,  # a guess: ~150 small sampling kernels of a ~2,000-kernel frame become 10
+    # an estimate from the H200 stage timings: sampling is 0.7-1.1 ms of a 7.8-11.8 ms frame (1.10 of 11.83 ms in
+    # the kept engine, session 5); ~150 kernels become 10, saving perhaps 0.6-0.9 ms, of which 12-frame trials see ~3/4
+    impact={"cuda": 1.06},
     summary="draw the graphed frame's main token (both RAS races and the repeat check) and each residual code "
             "with one Triton kernel: temperature, top-k and top-p by bisection over float bit patterns (no sort), "
             "softmax and the exponential race on noise hashed in the kernel (no noise table)",

@@ -3,9 +3,9 @@
 
 Choices are a function of (iteration, slot). Slot 0 exploits: it stacks every transform that lessons say
 "worked" or was "promising" (correct and faster, but under the noise band alone), so small real gains add up
-to one that clears it. The other slots explore: untried transforms, highest prior impact first, one slot each.
-It skips transforms already in the parent's lineage, whose prerequisites are missing or whose code is gone,
-ranks failed ones last and never repeats a variant (`name(k=v)`) named in a failure.
+to one that clears it. The other slots explore: untried transforms, highest prior on the target's device first
+(`Transform.prior`), one slot each. It skips transforms already in the parent's lineage, whose prerequisites are
+missing or whose code is gone, ranks failed ones last and never repeats a variant (`name(k=v)`) named in a failure.
 """
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def _failed_text(context: ProposalContext) -> str:
 
 def _ranking(context: ProposalContext) -> list[tuple[Transform, int]]:
     """Eligible transforms with their scores (worked 2, promising 1, untried 0, failed -1), best first; within a
-    score, highest prior impact first, equal priors shuffled by the iteration."""
+    score, highest prior on the context's device first, equal priors shuffled by the iteration."""
     lineage = set(context.applied_transforms)
     failed = _failed_text(context)
     worked = " ".join(x.summary for x in context.lessons if x.outcome == "worked")
@@ -82,7 +82,7 @@ def _ranking(context: ProposalContext) -> list[tuple[Transform, int]]:
     for score in sorted({s for _, s in scored}, reverse=True):
         tier = [(t, s) for t, s in scored if s == score]
         rng.shuffle(tier)
-        ranking += sorted(tier, key=lambda ts: -ts[0].impact)  # stable: equal priors keep the shuffle
+        ranking += sorted(tier, key=lambda ts: -ts[0].prior(context.device))  # stable: equal priors keep the shuffle
     return ranking
 
 

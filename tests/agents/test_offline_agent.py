@@ -5,9 +5,9 @@ import pytest
 import torch
 from engine_copies import REQUEST, TINY, transformed
 
-from knowledge_base.transforms import TRANSFORMS
+from knowledge_base.transforms import TRANSFORMS, Patch, Transform
 from reference_runtime.teacher_forcing import teacher_forced
-from swarm.agents import AgentError
+from swarm.agents import AgentError, offline
 from swarm.agents.offline import OfflineAgent
 from swarm.edits import apply_edits
 from swarm.proposal import Lesson, ProposalContext
@@ -113,5 +113,45 @@ def test_cuda_targets_get_graph_transforms_once_their_prerequisites_are_in(refer
 
 
 def test_slots_past_the_best_tier_try_other_parameter_variants(reference_run):
-    labels = {OfflineAgent("o").propose(context_for(reference_run.files, slot=s)).title for s in range(10)}
+    # six CPU transforms are eligible on the reference: slots 0-5 take their first variants, slots 6-11 the next
+    labels = {OfflineAgent("o").propose(context_for(reference_run.files, slot=s)).title for s in range(12)}
     assert {"static_caches(rows=max_context)", "static_caches(rows=1024)"} <= labels
+
+
+def marker_transform(name: str, devices: set[str], impact: dict[str, float]) -> Transform:
+    """A transform that adds one file of its own, so it applies to any engine."""
+    return Transform(name=name, summary=name, feature="test", devices=frozenset(devices), impact=impact,
+                     apply=lambda files, params: [Patch(f"{name}.py", "", "MARKER = 1\n")])
+
+
+def test_exploration_follows_the_priors_of_the_targets_device(reference_run, monkeypatch):
+    registry = [marker_transform("portable", {"cpu", "cuda"}, {"cpu": 1.5, "cuda": 1.01}),
+                marker_transform("gpu_only", {"cuda"}, {"cuda": 1.2}),
+                marker_transform("gpu_leaning", {"cpu", "cuda"}, {"cpu": 1.1, "cuda": 1.3})]
+    monkeypatch.setattr(offline, "TRANSFORMS", {t.name: t for t in registry})
+
+    def explored(device: str, slots: int) -> list[str]:  # with no lessons, slot s explores the s-th best prior
+        return [name for s in range(slots) for name in OfflineAgent("o").propose(
+            context_for(reference_run.files, device=device, gpu="h200" if device == "cuda" else None,
+                        slot=s)).transforms]
+
+    assert explored("cuda", 3) == ["gpu_leaning", "gpu_only", "portable"]
+    assert explored("cpu", 2) == ["portable", "gpu_leaning"]
+
+
+def test_on_the_h200_kept_engine_gpu_transforms_are_explored_before_cpu_measured_ones(reference_run):
+    """The session-5 H200 run (docs/measurements/2026-12-03_h200_s5_swarm_call1.log): once its CUDA transforms
+    were kept or failed, the CPU-measured priors sent it to fp8_dequant_at_build (which could not allocate next to
+    the reference engine), gqa_sdpa and static_caches before the GPU's sampling and codec transforms."""
+    lineage = ["triton_prefill_moe", "cuda_graph_frame", "triton_deltanet", "triton_fp8_moe", "cuda_graph_prefill"]
+    files = transformed(reference_run.files, *((name, next(TRANSFORMS[name].variants())) for name in lineage))
+    lessons = [Lesson(feature="decode_graph", outcome="failed", summary="inductor_decode_steps() on p: slower"),
+               Lesson(feature="fp8_moe", outcome="failed", summary="triton_moe_fused() on p: slower")]
+    explored = [OfflineAgent("o").propose(context_for(files, device="cuda", gpu="h200", slot=s, lessons=lessons,
+                                                      applied_transforms=lineage)).transforms[0]
+                for s in range(len(TRANSFORMS))]
+    first_seen = list(dict.fromkeys(explored))  # a slot whose transform does not apply takes the next one
+    gpu_built = [first_seen.index(n) for n in ("cuda_graph_codec", "triton_sampling", "graph_topk_sampling")]
+    cpu_measured = [first_seen.index(n) for n in first_seen if "cpu" in TRANSFORMS[n].devices]
+    assert len(cpu_measured) >= 5 and max(gpu_built) < min(cpu_measured)
+    assert first_seen[-1] == "fp8_dequant_at_build"

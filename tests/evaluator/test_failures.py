@@ -1,5 +1,5 @@
 """Every way a candidate can fail gives a typed verdict, and the caller survives: crash, import error, hang,
-sys.exit, segfault, host OOM (RSS watch and MemoryError), CUDA fault text."""
+sys.exit, segfault, host OOM (RSS watch and MemoryError), device allocation failures, CUDA fault text."""
 from __future__ import annotations
 
 import time
@@ -7,6 +7,7 @@ import time
 import pytest
 
 from evaluator import Status, evaluate
+from evaluator.channel import ALLOC_FAILURE_MARKERS, cuda_failure
 from evaluator.sandbox import REFERENCE_DIR
 from tests.evaluator.candidate_factory import build_engine_body, make_candidate, small_target
 
@@ -30,6 +31,30 @@ def test_failure_becomes_a_verdict(case, tiny_target, tmp_path):
     assert verdict.status == status, verdict.summary
     assert text in verdict.summary or text in verdict.log_tail
     assert not verdict.status.is_correct and verdict.comparison is None
+
+
+CUBLAS_ALLOC = "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"  # seen on an H200
+ALLOC_FAILURES = {  # the worker's error reply, and a worker that exits with the error only in its log
+    "raised": build_engine_body(f'raise RuntimeError("{CUBLAS_ALLOC}")'),
+    "logged_then_exited": build_engine_body(f'import sys\nprint("RuntimeError: {CUBLAS_ALLOC}", file=sys.stderr, '
+                                            'flush=True)\nsys.exit(1)'),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ALLOC_FAILURES))
+def test_a_failed_device_allocation_is_oom_and_names_the_fix(case, tiny_target, tmp_path):
+    candidate = make_candidate(tmp_path, files=ALLOC_FAILURES[case])
+    verdict = evaluate(candidate, tiny_target, baseline_dir=REFERENCE_DIR, work_dir=tmp_path / "work")
+    assert verdict.status == Status.OOM, verdict.summary
+    assert "next to the reference engine" in verdict.summary and "keep weights quantised" in verdict.summary
+    assert "CUBLAS_STATUS_ALLOC_FAILED" in verdict.summary + verdict.log_tail
+
+
+@pytest.mark.parametrize("marker", ALLOC_FAILURE_MARKERS)
+def test_allocation_markers_win_over_cuda_fault_markers(marker):
+    assert cuda_failure(f"RuntimeError: CUDA error: {marker}") == "oom"  # "CUDA error" alone is a fault
+    assert cuda_failure("RuntimeError: CUDA error: an illegal memory access was encountered") == "cuda_fault"
+    assert cuda_failure("ValueError: shapes do not match") is None
 
 
 def test_hang_times_out_without_blocking_the_caller(tiny_target, tmp_path):
