@@ -17,12 +17,13 @@ from .triton_fp8_moe import triton_fp8_moe
 from .triton_moe_fused import triton_moe_fused
 from .triton_prefill_moe import triton_prefill_moe
 from .triton_sampling import triton_sampling
+from .triton_tower import triton_tower
 
 ALL: tuple[Transform, ...] = (fp8_dequant_at_build, moe_dispatch, rope_tables, gqa_sdpa, static_caches,
                               deltanet_conv_unfold, topk_first_sampling, cuda_graph_backbone, compile_tower,
                               cuda_graph_frame, cuda_graph_codec, triton_deltanet, triton_fp8_moe, triton_prefill_moe,
                               cuda_graph_prefill, graph_topk_sampling, inductor_decode_steps, triton_moe_fused,
-                              triton_sampling)
+                              triton_sampling, triton_tower)
 TRANSFORMS: dict[str, Transform] = {t.name: t for t in ALL}
 
 __all__ = ["ALL", "TRANSFORMS", "NotApplicable", "Params", "Patch", "Transform"]

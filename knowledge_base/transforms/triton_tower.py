@@ -1,0 +1,73 @@
+"""triton_tower: each codebook-MTP tower layer of the graphed decode frame (cuda_graph_frame's decode_tower.py)
+as six Triton kernels instead of ~55 torch kernels: RMSNorms recomputed in the prologue of the GEMV that reads
+them, q/k-norm, RoPE and the KV-cache write inside a split-KV attention kernel that also merges its splits and
+applies the sigmoid gate, residual adds and the final norm in the epilogues. The kernel file lives in
+templates/triton_tower/.
+"""
+from __future__ import annotations
+
+from .base import Files, Params, Patch, Transform, replace_once, template_files
+
+TOWER = "decode_tower.py"
+_DOC = '''\
+    """h: the previous layer's output (1, hidden); e: this layer's code embedding (1, hidden)."""
+    eps = geo.eps
+'''
+_STEP = "tower_layer = _step(tower_layer_decode)\n"
+_CACHE = "        self.values = torch.zeros_like(self.keys)\n"
+
+
+def _apply(files: Files, params: Params) -> list[Patch]:
+    sizes = {name: int(params[name]) for name in ("block_n", "block_k", "attn_rows", "split_rows", "num_warps")}
+    if any(v < 1 or v & (v - 1) for v in sizes.values()) or sizes["attn_rows"] < 16:
+        raise ValueError(f"triton_tower: every parameter must be a power of two, attn_rows >= 16, got {sizes}")
+    head, tail = _DOC.split("    eps")
+    return [
+        *template_files(files, "triton_tower"),
+        Patch("triton_tower_params.py", "", f'''\
+"""Parameters the triton_tower transform was applied with."""
+BLOCK_N = {sizes["block_n"]}  # output rows per GEMV program
+BLOCK_K = {sizes["block_k"]}  # input columns per unrolled GEMV chunk
+ATTN_ROWS = {sizes["attn_rows"]}  # KV rows per attention tile (a tl.dot operand: >= 16)
+SPLIT_ROWS = {sizes["split_rows"]}  # span rows per attention program (at most MAX_SPLITS per kv head)
+NUM_WARPS = {sizes["num_warps"]}
+'''),
+        replace_once(files, TOWER, "import torch\n", "import os\n\nimport torch\n"),
+        replace_once(files, TOWER, _DOC, head + """\
+    if h.is_cuda or os.environ.get("TRITON_INTERPRET") == "1":  # Triton is imported only where it can run
+        from .triton_tower import triton_tower_layer
+
+        return triton_tower_layer(h, e, w, geo, cache, pos, future, rope)
+    eps""" + tail),
+        # the kernels leave inductor nothing to fuse in the tower step (and it need not trace them)
+        replace_once(files, "decode_step.py", _STEP, "tower_layer = tower_layer_decode  # triton_tower's kernels\n"),
+        replace_once(files, "static_state.py", _CACHE, _CACHE + """\
+        # triton_tower: arrival counters of its last-program epilogues (one per kv head, one for final_norm);
+        # each launch's last program puts its counter back to 0
+        self.tickets = torch.zeros(kv_heads + 1, dtype=torch.int32, device=device)
+"""),
+    ]
+
+
+triton_tower = Transform(
+    name="triton_tower",
+    # an estimate, not measured: the tower + lm_head stage is 1.71 of 7.8 ms per frame on the H200 stack; its 13 x
+    # ~140 MB of bf16 weights take ~0.4 ms at full bandwidth, and ~640 of its ~700 small kernels go
+    impact={"cuda": 1.1},
+    summary="run each graphed decode tower layer as six Triton kernels: norm-prologue GEMVs (eh_proj, q|k|v, "
+            "gate|up with SiLU), a split-KV attention kernel doing q/k-norm, RoPE, the cache write, the merge and "
+            "the sigmoid gate, and o_proj/down GEMVs with the residual (and final_norm) in the epilogue",
+    feature="codebook_mtp",
+    devices=frozenset({"cuda"}),
+    apply=_apply,
+    space={"block_n": (16, 32, 8), "block_k": (512, 256, 1024), "attn_rows": (32, 64, 16),
+           "split_rows": (64, 128, 32), "num_warps": (4, 8)},
+    requires=("cuda_graph_frame",),
+    lesson="Not yet run on a GPU: the kernels match the torch tower step under the Triton interpreter only, and "
+           "tests/gpu/test_gpu_triton_tower.py (kernels at full dims, gates, the step's timing) is unrun. The "
+           "graphed tower layer is ~55 small kernels (norms, casts, cat, RoPE, cache copies, softmax, gate) around "
+           "5 GEMVs, each a few us; the kernels recompute each RMSNorm in every GEMV program rather than launch "
+           "one, and use atomic tickets so the last program of a launch does the serial tail (split merge, final "
+           "norm). The tower step is no longer inductor-compiled. Softmax weights meet bf16 values in bf16 (as "
+           "SDPA does).",
+)
