@@ -22,15 +22,25 @@ class Spend:
         return self.wall_s / 60
 
 
+# Each budget's stop reason starts with its phrase; the `swarm run` option that raises it, for the summary.
+ITERATIONS, WALL, GPU_HOURS, DOLLARS = "iteration budget", "wall-clock budget", "GPU-hour budget", "dollar budget"
+RAISE_OPTIONS = {ITERATIONS: "--iterations", WALL: "--wall-minutes", GPU_HOURS: "--gpu-hours", DOLLARS: "--dollars"}
+
+
 def exhausted(budget: BudgetSpec, spend: Spend, *, mid_iteration: bool = False) -> str:
     """Why the run must not start another iteration (or, `mid_iteration`, another evaluation); "" while budget
     remains."""
     if not mid_iteration and spend.iterations >= budget.iterations:
-        return f"iteration budget spent ({spend.iterations}/{budget.iterations})"
+        return f"{ITERATIONS} spent ({spend.iterations}/{budget.iterations})"
     if spend.wall_minutes >= budget.wall_minutes:
-        return f"wall-clock budget spent ({spend.wall_minutes:.1f}/{budget.wall_minutes:g} min)"
+        return f"{WALL} spent ({spend.wall_minutes:.1f}/{budget.wall_minutes:g} min)"
     if budget.gpu_hours is not None and spend.gpu_hours >= budget.gpu_hours:
-        return f"GPU-hour budget spent ({spend.gpu_hours:.2f}/{budget.gpu_hours:g} h)"
+        return f"{GPU_HOURS} spent ({spend.gpu_hours:.2f}/{budget.gpu_hours:g} h)"
     if budget.dollars is not None and spend.dollars >= budget.dollars:
-        return f"dollar budget spent (${spend.dollars:.2f}/${budget.dollars:g})"
+        return f"{DOLLARS} spent (${spend.dollars:.2f}/${budget.dollars:g})"
     return ""
+
+
+def raise_option(stop_reason: str) -> str | None:
+    """The `swarm run` option that lifts the budget a run stopped on; None if it stopped for another reason."""
+    return next((option for phrase, option in RAISE_OPTIONS.items() if stop_reason.startswith(phrase)), None)

@@ -22,7 +22,7 @@ from . import events as ev
 from .agents.base import Agent
 from .agents.ledger import CostLedger
 from .baseline import resolve_baseline
-from .budget import exhausted
+from .budget import DOLLARS, exhausted
 from .context import build_context
 from .engine_key import engine_key
 from .executor import EvalJob, EvalResult, Executor
@@ -144,7 +144,7 @@ class Swarm:
                 self._evaluate(RunView.load(self.kb, run_id), iteration, calibration)
                 self._flush_elapsed(run_id)
                 if out_of_dollars:
-                    reason = "dollar budget spent (the ledger refused a call that could cross the cap)"
+                    reason = f"{DOLLARS} spent (the ledger refused a call that could cross the cap)"
                     break
             self._flush_elapsed(run_id)
             self.kb.finish_run(run_id, reason)

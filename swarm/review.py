@@ -15,6 +15,7 @@ from candidates import EngineRepo
 from evaluator.verdict import Verdict
 from knowledge_base import CandidateRecord, Figures, KeptEngine, KnowledgeStore, RunRecord
 
+from .budget import raise_option
 from .run_state import ParentEngine, RunView
 
 
@@ -117,15 +118,11 @@ def render_review(review: RunReview, console: Console) -> None:
 
 
 # a budget stop reason (swarm/budget.py) -> the `swarm run` option that raises that budget
-_BUDGET_OPTIONS = (("iteration budget", "--iterations"), ("wall-clock budget", "--wall-minutes"),
-                   ("GPU-hour budget", "--gpu-hours"), ("dollar budget", "--dollars"))
-
-
 def render_summary(kb: KnowledgeStore, run_id: str, console: Console) -> None:
     """The closing lines of `swarm run`: kept engines with their speedup over the baseline, and what to run next."""
     view = RunView.load(kb, run_id)
     console.print(f"run {run_id} stopped: {view.run.stop_reason or view.run.state.value}")
-    spent = next((option for kind, option in _BUDGET_OPTIONS if view.run.stop_reason.startswith(kind)), None)
+    spent = raise_option(view.run.stop_reason)
     if spent:
         console.print(f"to continue it: `swarm run TARGET --resume {run_id} {spent} N` with N above what was spent "
                       "(or raise the target file's budget)")
