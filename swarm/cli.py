@@ -17,7 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from evaluator import EvaluatorError, live_workers
-from targets import Target, TargetError, load_target, with_budget
+from targets import Target, TargetError, load_target, with_agents, with_budget
 
 from .agents.base import AgentError
 from .baseline import BaselineError
@@ -82,14 +82,16 @@ def run(target_file: Annotated[Path, typer.Argument(help="target YAML, e.g. targ
         iterations: Annotated[int | None, typer.Option(help=_OVERRIDE.format("iterations"))] = None,
         wall_minutes: Annotated[float | None, typer.Option(help=_OVERRIDE.format("wall_minutes"))] = None,
         gpu_hours: Annotated[float | None, typer.Option(help=_OVERRIDE.format("gpu_hours"))] = None,
-        dollars: Annotated[float | None, typer.Option(help=_OVERRIDE.format("dollars"))] = None) -> None:
+        dollars: Annotated[float | None, typer.Option(help=_OVERRIDE.format("dollars"))] = None,
+        agents: Annotated[str | None, typer.Option(help="instead of the target's agents: provider[/model][:count], "
+                                                        "comma-separated, e.g. offline:2")] = None) -> None:
     """Search for faster engines for a target until its acceptance criteria hold or its budget is spent."""
     from .factory import build_swarm
     from .review import render_summary
 
     with _usage_errors():
-        target = with_budget(_target(target_file), iterations=iterations, wall_minutes=wall_minutes,
-                             gpu_hours=gpu_hours, dollars=dollars)
+        target = with_agents(with_budget(_target(target_file), iterations=iterations, wall_minutes=wall_minutes,
+                                         gpu_hours=gpu_hours, dollars=dollars), agents)
     progress = LiveProgress(target)
     with _usage_errors(), build_swarm(target, [progress]) as swarm, _interruptible():
         try:

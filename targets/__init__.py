@@ -1,4 +1,4 @@
 """Target files and their schema: `load_target(path) -> Target`."""
-from .schema import Target, TargetError, load_target, with_budget
+from .schema import Target, TargetError, load_target, with_agents, with_budget
 
-__all__ = ["Target", "TargetError", "load_target", "with_budget"]
+__all__ = ["Target", "TargetError", "load_target", "with_agents", "with_budget"]

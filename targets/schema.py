@@ -143,6 +143,29 @@ def with_budget(target: Target, **changes: float | None) -> Target:
     return target.model_copy(update={"budget": budget})
 
 
+def with_agents(target: Target, spec: str | None) -> Target:
+    """`target` with its agents replaced by `spec` (None leaves them alone): comma-separated
+    `provider[/model][:count]`, e.g. "offline" or "offline:2,anthropic/claude-sonnet-4-5". It runs a target written
+    for API agents on a machine without keys or network (a lent GPU) without editing the file; base_url and the
+    other per-agent fields stay in YAML."""
+    from pydantic import ValidationError
+
+    if spec is None:
+        return target
+    agents = []
+    for entry in (e.strip() for e in spec.split(",")):
+        what, _, count = entry.partition(":")
+        provider, _, model = what.partition("/")
+        fields = {"provider": provider} | ({"model": model} if model else {}) | ({"count": count} if count else {})
+        try:
+            agents.append(AgentSpec.model_validate(fields))
+        except ValidationError as e:
+            problems = "; ".join(f"{err['loc'][0]}: {err['msg']}" for err in e.errors())
+            raise TargetError(f"--agents {entry!r}: {problems} (write provider[/model][:count], e.g. offline:2 or "
+                              "anthropic/claude-sonnet-4-5)") from e
+    return target.model_copy(update={"agents": agents})
+
+
 def load_target(path: str | Path) -> Target:
     import yaml
 

@@ -13,7 +13,7 @@ from knowledge_base import KnowledgeStore
 from swarm.cli import app
 from swarm.paths import kb_path
 from swarm.review import render_summary
-from targets import load_target, with_budget
+from targets import load_target, with_agents, with_budget
 
 runner = CliRunner(env={"COLUMNS": "250"})
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,6 +84,17 @@ def test_budget_options_override_the_target_file(tmp_path):
     result = runner.invoke(app, ["run", str(ROOT / "targets" / "drama3_cpu.yaml"), "--wall-minutes", "-1"])
     assert result.exit_code == 2 and "--wall-minutes: Input should be greater than 0" in result.output, result.output
     assert "Traceback" not in result.output
+
+
+def test_agents_option_replaces_the_target_files_agents():
+    target = load_target(ROOT / "targets" / "drama3_h200.yaml")  # written for API agents
+    offline = with_agents(target, "offline:2")
+    assert [(a.provider, a.count) for a in offline.agents] == [("offline", 2)] and with_agents(target, None) is target
+    mixed = with_agents(target, "offline, openai/gpt-5:3")
+    assert [(a.provider, a.model, a.count) for a in mixed.agents] == [("offline", "offline", 1), ("openai", "gpt-5", 3)]
+    result = runner.invoke(app, ["run", str(ROOT / "targets" / "drama3_cpu.yaml"), "--agents", "gemini:2"])
+    assert result.exit_code == 2 and "--agents 'gemini:2': provider" in result.output, result.output
+    assert "provider[/model][:count]" in result.output and "Traceback" not in result.output
 
 
 def test_a_budget_stop_names_the_option_that_raises_it():
