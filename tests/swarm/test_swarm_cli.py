@@ -86,6 +86,14 @@ def test_budget_options_override_the_target_file(tmp_path):
     assert "Traceback" not in result.output
 
 
+def test_every_shipped_target_loads_and_the_h200_ones_share_their_gates():
+    targets = {p.stem: load_target(p) for p in sorted((ROOT / "targets").glob("*.yaml"))}
+    assert {"drama3_cpu", "drama3_h200", "drama3_h200_quick", "drama3_h200_lease"} <= set(targets)
+    quick, lease = targets["drama3_h200_quick"], targets["drama3_h200_lease"]
+    assert (lease.tolerances, lease.acceptance) == (quick.tolerances, quick.acceptance)
+    assert (lease.baseline, quick.baseline) == ("best", "reference")
+
+
 def test_agents_option_replaces_the_target_files_agents():
     target = load_target(ROOT / "targets" / "drama3_h200.yaml")  # written for API agents
     offline = with_agents(target, "offline:2")
