@@ -169,7 +169,7 @@ def _attention_kernel(qkv_ptr, q_gain_ptr, k_gain_ptr, cos_ptr, sin_ptr, pos_ptr
     tl.store(keys_ptr + row, k, mask=(lo <= pos) & (pos < hi))
     tl.store(values_ptr + row, v, mask=(lo <= pos) & (pos < hi))
     m = tl.full((GP,), float("-inf"), tl.float32)
-    l = tl.zeros((GP,), tl.float32)
+    denom = tl.zeros((GP,), tl.float32)
     acc = tl.zeros((GP, HD), tl.float32)
     for t in range(TILES):
         start = lo + t * BR
@@ -186,13 +186,13 @@ def _attention_kernel(qkv_ptr, q_gain_ptr, k_gain_ptr, cos_ptr, sin_ptr, pos_ptr
             top = tl.maximum(m, tl.max(scores, axis=1))
             p = tl.exp(scores - top[:, None])
             alpha = tl.exp(m - top)
-            l = l * alpha + tl.sum(p, axis=1)
+            denom = denom * alpha + tl.sum(p, axis=1)
             acc = acc * alpha[:, None] + tl.dot(p.to(vt.dtype), vt, input_precision=PRECISION)
             m = top
     split = g * S + s
     tl.store(part_ptr + (split * GP + heads[:, None]) * HD + d[None, :], acc)
     tl.store(stats_ptr + split * 2 * GP + heads, m)
-    tl.store(stats_ptr + split * 2 * GP + GP + heads, l)
+    tl.store(stats_ptr + split * 2 * GP + GP + heads, denom)
     if _last(ticket_ptr + g, S):  # merge the splits (.cg: the other programs' partials, from L2)
         splits = tl.arange(0, SP)
         stat = stats_ptr + ((g * S + splits) * 2 * GP)[:, None] + heads[None, :]
