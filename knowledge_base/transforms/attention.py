@@ -45,7 +45,8 @@ def apply_rope('''),
 
 rope_tables = Transform(
     name="rope_tables",
-    impact={"cpu": 1.077,  # measured in the CPU demo, but noisy (spread 78%, CI 0.945-1.090)
+    # the CPU demo's 1.077x was noisy (spread 78%, CI 0.945-1.090): no evidence of a gain, so no prior above 1
+    impact={"cpu": 1.0,
             # a guess: a few elementwise kernels per attention call in a ~4,000-kernel eager frame; the graphed
             # frame (cuda_graph_frame) has its own RoPE tables
             "cuda": 1.01},
