@@ -117,7 +117,6 @@ def render_review(review: RunReview, console: Console) -> None:
         console.print(Syntax(r.diff or "(empty diff)", "diff", theme="ansi_dark", word_wrap=True))
 
 
-# a budget stop reason (swarm/budget.py) -> the `swarm run` option that raises that budget
 def render_summary(kb: KnowledgeStore, run_id: str, console: Console) -> None:
     """The closing lines of `swarm run`: kept engines with their speedup over the baseline, and what to run next."""
     view = RunView.load(kb, run_id)

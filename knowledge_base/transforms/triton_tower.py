@@ -11,8 +11,8 @@ from .base import Files, Params, Patch, Transform, replace_once, template_files
 TOWER = "decode_tower.py"
 _DOC = '''\
     """h: the previous layer's output (1, hidden); e: this layer's code embedding (1, hidden)."""
-    eps = geo.eps
 '''
+_EPS = "    eps = geo.eps\n"
 _STEP = "tower_layer = _step(tower_layer_decode)\n"
 _CACHE = "        self.values = torch.zeros_like(self.keys)\n"
 
@@ -21,7 +21,6 @@ def _apply(files: Files, params: Params) -> list[Patch]:
     sizes = {name: int(params[name]) for name in ("block_n", "block_k", "attn_rows", "split_rows", "num_warps")}
     if any(v < 1 or v & (v - 1) for v in sizes.values()) or sizes["attn_rows"] < 16:
         raise ValueError(f"triton_tower: every parameter must be a power of two, attn_rows >= 16, got {sizes}")
-    head, tail = _DOC.split("    eps")
     return [
         *template_files(files, "triton_tower"),
         Patch("triton_tower_params.py", "", f'''\
@@ -33,12 +32,12 @@ SPLIT_ROWS = {sizes["split_rows"]}  # span rows per attention program (at most M
 NUM_WARPS = {sizes["num_warps"]}
 '''),
         replace_once(files, TOWER, "import torch\n", "import os\n\nimport torch\n"),
-        replace_once(files, TOWER, _DOC, head + """\
+        replace_once(files, TOWER, _DOC + _EPS, _DOC + """\
     if h.is_cuda or os.environ.get("TRITON_INTERPRET") == "1":  # Triton is imported only where it can run
         from .triton_tower import triton_tower_layer
 
         return triton_tower_layer(h, e, w, geo, cache, pos, future, rope)
-    eps""" + tail),
+""" + _EPS),
         # the kernels leave inductor nothing to fuse in the tower step (and it need not trace them)
         replace_once(files, "decode_step.py", _STEP, "tower_layer = tower_layer_decode  # triton_tower's kernels\n"),
         replace_once(files, "static_state.py", _CACHE, _CACHE + """\

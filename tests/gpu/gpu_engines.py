@@ -5,7 +5,10 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import itertools
+from collections.abc import Callable
 from pathlib import Path
+
+import torch
 
 from candidates.repo import engine_files, write_files
 from evaluator.compare import Logits, check_logits
@@ -64,3 +67,24 @@ def assert_passes_gate(config: Drama3Config, ref, eng, frames: int = 16, prompts
         stats, evidence = check_logits(config, name, Logits(*want), Logits(*got), generated, request.sampling,
                                        tolerances(config))
         assert not evidence, f"{config.name} {name}: {stats} {evidence}"
+
+
+def graph_ms(step: Callable[[], None], replays: int = 200) -> float:
+    """Mean ms of one replay of `step` captured as a CUDA graph."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):  # compiles the kernels before capture
+            step()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(replays):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / replays

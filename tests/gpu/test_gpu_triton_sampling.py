@@ -6,11 +6,10 @@ drama3-mid and generate what the torch-drawing graph engine generates."""
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
 
 import pytest
 import torch
-from gpu_engines import assert_passes_gate, config_named
+from gpu_engines import assert_passes_gate, config_named, graph_ms
 
 from knowledge_base.transforms import TRANSFORMS
 from knowledge_base.transforms.cuda_graph_frame import cuda_graph_frame
@@ -91,27 +90,6 @@ def test_draws_equal_the_torch_draws_at_full_size(samplers, params):
     assert differ <= draws // 500, f"{differ} of {draws} draws differ"
 
 
-def _graph_ms(step: Callable[[], None], replays: int = 200) -> float:
-    """Mean ms of one replay of `step` captured as a CUDA graph."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):  # compiles the kernels before capture
-            step()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
-    graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(replays):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / replays
-
-
 def test_a_frames_draws_take_less_time_than_the_torch_draws(samplers):
     """The sampling stage of a frame: noise, the main draw (both races) and the nine code draws."""
     params, gen = SamplingParams(), torch.Generator(device="cuda").manual_seed(0)
@@ -128,7 +106,7 @@ def test_a_frames_draws_take_less_time_than_the_torch_draws(samplers):
             s.draw_main(main, params, recent, noise)
             for k in range(SLOTS - 2):
                 s.draw_code(codes[k], params, VALID, noise[2 + k])
-        times[name] = _graph_ms(step)
+        times[name] = graph_ms(step)
     print(f"sampling stage per frame (ms): {times}")
     assert times["triton"] < min(times["torch"], times["torch_topk"]), times
 

@@ -11,8 +11,7 @@ from collections.abc import Callable
 import pytest
 import torch
 import torch.nn.functional as F
-from gpu_engines import assert_passes_gate, config_named, mid_config
-from test_gpu_triton_sampling import _graph_ms
+from gpu_engines import assert_passes_gate, config_named, graph_ms, mid_config
 
 from knowledge_base.transforms import TRANSFORMS
 from knowledge_base.transforms.cuda_graph_frame import cuda_graph_frame
@@ -174,7 +173,7 @@ def test_tower_stage_timing(tower, load_package):
             for w, e, cache in zip(layers, es, caches):
                 x = layer(x, e, w, geo, cache, pos, future, rope)
             outs[name] = x
-        times[name] = _graph_ms(frame)
+        times[name] = graph_ms(frame)
         counts[name] = _kernel_count(lambda layer=layer: layer(h, es[0], layers[0], geo, caches[0], pos, future, rope))
     print(f"tower step per frame (13 layers, ms): {times}; triton vs torch {times['torch'] / times['triton']:.2f}x, "
           f"vs inductor {times['inductor'] / times['triton']:.2f}x; CUDA kernels per layer: {counts}")
