@@ -1,7 +1,8 @@
 """Judges a candidate engine against the reference: isolation, correctness cascade, benchmark.
 
-    verdict = evaluate(candidate_dir, target, baseline_dir=..., work_dir=...)
-    calibration = calibrate_noise(baseline_dir, target, work_dir=...)   # A/A noise floor, pass to evaluate()
+    calibration = calibrate_noise(baseline_dir, target, work_dir=...)   # A/A noise floor: without it no win
+    verdict = evaluate(candidate_dir, target, baseline_dir=..., work_dir=..., calibration=calibration)
+    python -m evaluator CANDIDATE_DIR --target T.yaml [--calibration aa.json]   # the same from a shell
     live_workers.stop_all()   # on an interrupt: kill every worker of this process
 """
 from . import live_workers

@@ -162,7 +162,7 @@ class _Evaluation:
                                  zip(results["candidate"].prompts, results["baseline"].prompts))
         limit = threshold(self.target.benchmark.min_speedup, self.calibration)
         comparison = compare(paired_ratios(trials), ttfa, self.target.benchmark.confidence,
-                             self.rng.getrandbits(32), limit)
+                             self.rng.getrandbits(32), limit, calibrated=self.calibration is not None)
         self.verdict_fields |= {"candidate_bench": results["candidate"], "baseline_bench": results["baseline"],
                                 "comparison": comparison}
         return decide(comparison, spread(trials), self.target.benchmark.max_plausible_speedup)

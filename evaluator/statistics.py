@@ -4,7 +4,9 @@ PASS needs the CI's lower bound above the threshold, max(target min_speedup, the
 spread (relative IQR of the paired ratios on some prompt over MAX_REL_IQR) the bound must clear the threshold by
 that spread too, else NOISY: a few pairs with a wide spread make the bootstrap CI itself unreliable, while a
 speedup far beyond the spread is decided either way. SLOWER when the upper bound is under the threshold or the
-median ratio is <= 1; a ratio above max_plausible_speedup is sent to manual review as cheat_suspected.
+median ratio is <= 1; a ratio above max_plausible_speedup is sent to manual review as cheat_suspected. Without an
+A/A calibration a win is NOISY, never PASS: the paired design cannot see order and process effects, and on a 2-core
+CPU they alone lifted an exact copy's CI above min_speedup 1.03.
 """
 from __future__ import annotations
 
@@ -59,14 +61,15 @@ def threshold(min_speedup: float, calibration: NoiseCalibration | None) -> float
     """The A/A band is symmetric: identical engines measured 0.80x (CI 0.77-0.88) on the H200 (order and
     process effects), so a candidate must clear 1/0.77 as well as the upper bound, not only the latter."""
     if calibration is None:
-        return min_speedup
+        return min_speedup  # decide() will not call a win on an uncalibrated comparison
     return max(min_speedup, calibration.ci_high, 1 / calibration.ci_low)
 
 
-def compare(ratios: list[float], ttfa_ratio: float, confidence: float, seed: int, limit: float) -> Comparison:
+def compare(ratios: list[float], ttfa_ratio: float, confidence: float, seed: int, limit: float,
+            calibrated: bool = True) -> Comparison:
     low, high = bootstrap_ci(ratios, confidence, seed)
     return Comparison(speedup=statistics.median(ratios), ci_low=low, ci_high=high, threshold=limit,
-                      ttfa_ratio=ttfa_ratio)
+                      ttfa_ratio=ttfa_ratio, calibrated=calibrated)
 
 
 def decide(c: Comparison, spread: float, max_plausible: float) -> tuple[Status, str]:
@@ -79,6 +82,9 @@ def decide(c: Comparison, spread: float, max_plausible: float) -> tuple[Status, 
     if spread > MAX_REL_IQR and c.ci_low <= c.threshold * (1 + spread):
         return Status.NOISY, (f"timing spread {spread:.0%} (relative IQR) is over {MAX_REL_IQR:.0%} and the CI's "
                               f"lower bound does not clear the threshold by as much: {ci}")
+    if c.ci_low > c.threshold and not c.calibrated:
+        return Status.NOISY, (f"no A/A calibration, so a win cannot be told from order and process effects: {ci}; "
+                              "pass calibration=calibrate_noise(...) or use `python -m evaluator`, which calibrates")
     if c.ci_low > c.threshold:
         return Status.PASS, f"faster: {ci}" + (f" (beyond a {spread:.0%} spread)" if spread > MAX_REL_IQR else "")
     return Status.SLOWER, f"not faster beyond noise: {ci}"

@@ -71,6 +71,7 @@ class Comparison(_Model):
     ci_high: float
     threshold: float  # the lower CI bound must clear this (target min_speedup, raised by A/A noise)
     ttfa_ratio: float  # candidate TTFA / baseline TTFA
+    calibrated: bool = True  # the threshold includes an A/A band; without one no comparison is a win
 
 
 PROFILE_ROWS = 15  # the most rows a profile may carry

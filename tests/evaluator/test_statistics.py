@@ -29,6 +29,14 @@ def test_decide(center, spread, status):
     assert decide(c, spread, max_plausible=20.0)[0] == status
 
 
+def test_an_uncalibrated_win_is_noisy_not_a_pass():
+    c = compare(_ratios(1.50, 0.03), 1.0, 0.95, seed=1, limit=1.05, calibrated=False)
+    status, reason = decide(c, 0.02, max_plausible=20.0)
+    assert status == Status.NOISY and "no A/A calibration" in reason
+    slower = compare(_ratios(0.80, 0.03), 1.0, 0.95, seed=1, limit=1.05, calibrated=False)
+    assert decide(slower, 0.02, max_plausible=20.0)[0] == Status.SLOWER  # a loss needs no noise floor
+
+
 def test_identical_engines_never_pass_over_many_noisy_runs():
     wins = 0
     for seed in range(200):
