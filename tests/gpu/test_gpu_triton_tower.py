@@ -60,9 +60,11 @@ def _caches(kernels, geo, gen: torch.Generator, count: int = 2) -> list:
 
 
 def _close(got: torch.Tensor, want: torch.Tensor, tol: float = 2e-2) -> None:
-    """bf16 outputs a rounding step or two apart (fp32 sums in another order; softmax weights rounded to bf16)."""
-    assert got.dtype == want.dtype == torch.bfloat16 and want.abs().max() > 0.1
-    torch.testing.assert_close(got.float(), want.reshape(got.shape).float(), atol=tol, rtol=tol)
+    """bf16 outputs a rounding step or two apart (fp32 sums in another order; softmax weights rounded to bf16).
+    The absolute slack shrinks with small outputs: the full-size o_proj output peaks near 0.04."""
+    scale = want.abs().max().item()
+    assert got.dtype == want.dtype == torch.bfloat16 and scale > 0
+    torch.testing.assert_close(got.float(), want.reshape(got.shape).float(), atol=tol * min(scale, 1.0), rtol=tol)
 
 
 @pytest.mark.parametrize("tiles", ["default", "other"])

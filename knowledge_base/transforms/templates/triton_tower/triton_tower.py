@@ -120,9 +120,9 @@ def _residual_gemv_kernel(a_ptr, w_ptr, res_ptr, y_ptr, gain_ptr, out_ptr, ticke
         if _last(ticket_ptr, tl.num_programs(0)):  # .cg: the other programs' rows, from L2
             rstd = _rstd(y_ptr, N, NK, eps, ".cg")
             for c in tl.static_range(N // NK):
-                cols = c * NK + tl.arange(0, NK)
-                y = tl.load(y_ptr + cols, cache_modifier=".cg").to(tl.float32)
-                tl.store(out_ptr + cols, (y * rstd * tl.load(gain_ptr + cols)).to(dt))
+                out_cols = c * NK + tl.arange(0, NK)
+                y = tl.load(y_ptr + out_cols, cache_modifier=".cg").to(tl.float32)
+                tl.store(out_ptr + out_cols, (y * rstd * tl.load(gain_ptr + out_cols)).to(dt))
 
 
 @triton.jit
