@@ -10,13 +10,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pydantic import ValidationError
+from targets.schema import TargetError, load_target
 
-from targets.schema import Target, TargetError, load_target
-
-from .evaluate import calibrate_noise, evaluate
+from .calibration_file import CalibrationFileError, kept_or_measured
+from .evaluate import evaluate
 from .sandbox import REFERENCE_DIR
-from .statistics import NoiseCalibration
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="swarm-eval-") as scratch:
         work_dir = args.work_dir or Path(scratch)
         try:
-            calibration = _calibration(args, target, work_dir)
+            calibration = kept_or_measured(args.calibration, args.baseline, target, work_dir=work_dir,
+                                           gpu_index=args.gpu, say=lambda line: print(line, file=sys.stderr))
         except CalibrationFileError as e:
             print(e, file=sys.stderr)
             return 2
@@ -53,30 +52,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(verdict.model_dump_json(indent=2))
     return 0 if verdict.status.is_correct else 1
-
-
-class CalibrationFileError(ValueError):
-    pass
-
-
-def _calibration(args: argparse.Namespace, target: Target, work_dir: Path) -> NoiseCalibration:
-    if args.calibration and args.calibration.exists():
-        try:
-            calibration = NoiseCalibration.model_validate_json(args.calibration.read_text())
-        except ValidationError as e:
-            raise CalibrationFileError(f"{args.calibration} is not an A/A calibration ({e.error_count()} errors); "
-                                       "delete it to measure a new one") from e
-        if calibration.baseline != str(args.baseline):
-            raise CalibrationFileError(f"{args.calibration} was measured on the baseline {calibration.baseline}, "
-                                       f"not {args.baseline}: pass that --baseline or another --calibration file")
-        return calibration
-    print(f"A/A calibration of {args.baseline} (the baseline against itself) ...", file=sys.stderr, flush=True)
-    calibration = calibrate_noise(args.baseline, target, work_dir=work_dir, gpu_index=args.gpu)
-    print(f"A/A: {calibration.speedup:.3f} (CI {calibration.ci_low:.3f}..{calibration.ci_high:.3f})",
-          file=sys.stderr)
-    if args.calibration:
-        args.calibration.write_text(calibration.model_dump_json(indent=2))
-    return calibration
 
 
 if __name__ == "__main__":

@@ -114,9 +114,14 @@ def run(target_file: Annotated[Path, typer.Argument(help="target YAML, e.g. targ
 def eval_(candidate_dir: Annotated[Path, typer.Argument(help="an engine package (a copy of reference_runtime/model/)")],
           target_file: Annotated[Path, typer.Option("--target", help="target YAML")],
           baseline: Annotated[Path | None, typer.Option(help="baseline engine dir [default: the reference]")] = None,
+          calibration: Annotated[Path | None, typer.Option(
+              help="A/A calibration JSON: read if it exists, else measured and written there (reuse it only for "
+                   "the same baseline, target and machine)")] = None,
           ) -> None:
-    """Judge one engine directory against a baseline: correctness cascade, then the interleaved benchmark."""
+    """Judge one engine directory against a baseline: the A/A noise floor of the baseline (measured, or kept in
+    --calibration), the correctness cascade, then the interleaved benchmark."""
     from evaluator import evaluate
+    from evaluator.calibration_file import CalibrationFileError, kept_or_measured
 
     target = _target(target_file)
     with _usage_errors():
@@ -125,7 +130,13 @@ def eval_(candidate_dir: Annotated[Path, typer.Argument(help="an engine package 
             raise FileNotFoundError(f"{candidate_dir}: not a directory; pass an engine package directory")
     with tempfile.TemporaryDirectory(prefix="swarm-eval-") as work, _interruptible():
         try:
-            verdict = evaluate(candidate_dir, target, baseline_dir=baseline_dir, work_dir=Path(work))
+            noise = kept_or_measured(calibration, baseline_dir, target, work_dir=Path(work),
+                                     say=lambda line: console.print(escape(line), highlight=False))
+            verdict = evaluate(candidate_dir, target, baseline_dir=baseline_dir, work_dir=Path(work),
+                               calibration=noise)
+        except CalibrationFileError as e:
+            console.print(f"[bold red]error:[/bold red] {escape(str(e))}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
         except EvaluatorError as e:
             console.print(f"[bold red]harness error:[/bold red] {escape(str(e))}", soft_wrap=True)
             raise typer.Exit(1) from None

@@ -115,3 +115,11 @@ def test_a_budget_stop_names_the_option_that_raises_it():
         store.close()
     text = screen.export_text()
     assert "iteration budget spent (2/2)" in text and f"swarm run TARGET --resume {run_id} --iterations N" in text
+
+
+def test_eval_refuses_a_calibration_that_is_not_one(tmp_path):
+    kept = tmp_path / "aa.json"
+    kept.write_text('{"speedup": 1.0}')
+    result = runner.invoke(app, ["eval", str(ROOT / "reference_runtime" / "model"), "--target",
+                                 str(ROOT / "targets" / "drama3_cpu.yaml"), "--calibration", str(kept)])
+    assert result.exit_code == 2 and "is not an A/A calibration" in result.output and "delete it" in result.output
