@@ -66,9 +66,9 @@ triton_tower = Transform(
            "for the torch step (61 kernels per layer) and 1.48 ms inductor-compiled (27 per layer): 6 kernels per "
            "layer. The GEMV kernels match at full dims, one graph replays at growing positions, and the drama3-mid "
            "engine passes the gate. A variable re-typed inside a runtime `if` compiled under the interpreter but "
-           "not on the GPU. The graphed tower layer is ~55 small kernels (norms, casts, cat, RoPE, cache copies, softmax, gate) around "
-           "5 GEMVs, each a few us; the kernels recompute each RMSNorm in every GEMV program rather than launch "
-           "one, and use atomic tickets so the last program of a launch does the serial tail (split merge, final "
-           "norm). The tower step is no longer inductor-compiled. Softmax weights meet bf16 values in bf16 (as "
-           "SDPA does).",
+           "not on the GPU. The graphed torch tower layer is ~55 small kernels (norms, casts, cat, RoPE, cache "
+           "copies, softmax, gate) around 5 GEMVs, each a few us; the kernels recompute each RMSNorm in every "
+           "GEMV program rather than launch one, and use atomic tickets so the last program of a launch does the "
+           "serial tail (split merge, final norm). The tower step is no longer inductor-compiled. Softmax weights "
+           "meet bf16 values in bf16 (as SDPA does).",
 )

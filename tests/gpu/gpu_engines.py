@@ -69,6 +69,14 @@ def assert_passes_gate(config: Drama3Config, ref, eng, frames: int = 16, prompts
         assert not evidence, f"{config.name} {name}: {stats} {evidence}"
 
 
+def assert_bf16_close(got: torch.Tensor, want: torch.Tensor, tol: float = 2e-2) -> None:
+    """bf16 outputs a rounding step or two apart (fp32 sums in another order; softmax weights rounded to bf16).
+    The absolute slack shrinks with small outputs: the full-size o_proj output peaks near 0.04."""
+    scale = want.abs().max().item()
+    assert got.dtype == want.dtype == torch.bfloat16 and scale > 0
+    torch.testing.assert_close(got.float(), want.reshape(got.shape).float(), atol=tol * min(scale, 1.0), rtol=tol)
+
+
 def graph_ms(step: Callable[[], None], replays: int = 200) -> float:
     """Mean ms of one replay of `step` captured as a CUDA graph."""
     stream = torch.cuda.Stream()

@@ -144,8 +144,10 @@ def _layer(pkg, dims: Dims, gen: torch.Generator, fuse: bool):
                                 gain(h))
 
 
-def _geometry(pkg, dims: Dims):
-    return pkg.attention.AttentionGeometry(dims.heads, dims.kv_heads, dims.head_dim, dims.rotary_dim, 1e7, True, 1e-6)
+def _geometry(pkg, dims: Dims, interleaved: bool = True):
+    """The tower's geometry (interleaved RoPE) or, with interleaved=False, the backbone's (rotate-half)."""
+    return pkg.attention.AttentionGeometry(dims.heads, dims.kv_heads, dims.head_dim, dims.rotary_dim, 1e7,
+                                           interleaved, 1e-6)
 
 
 def _caches(pkg, dims: Dims, gen: torch.Generator) -> list:
@@ -191,14 +193,16 @@ def test_gemv_kernels_match_the_torch_step(packages, size, fuse, tiles):
 SPANS = [(16, (0, 7)), (64, (15, 16, 40, 63))]
 
 
+@pytest.mark.parametrize("interleaved", [True, False], ids=["tower_rope", "backbone_rope"])
 @pytest.mark.parametrize("tiles", [0, 1], ids=["default", "small"])
 @pytest.mark.parametrize("size", sorted(DIMS))
-def test_attention_kernel_matches_attention_decode(packages, size, tiles):
-    """q/k norm, RoPE, the cache write at pos, rows after pos ignored, the splits merged, the sigmoid gate."""
+def test_attention_kernel_matches_attention_decode(packages, size, tiles, interleaved):
+    """q/k norm, RoPE (either pairing), the cache write at pos, rows after pos ignored, the splits merged, the
+    sigmoid gate."""
     graph, fast, kernels = packages
     dims, kern = DIMS[size], kernels[tiles]
     gen = torch.Generator().manual_seed(7 + tiles)
-    w, geo = _layer(graph, dims, gen, fuse=True).attn, _geometry(graph, dims)
+    w, geo = _layer(graph, dims, gen, fuse=True).attn, _geometry(graph, dims, interleaved)
     rope = graph.decode_ops.RopeTable(64, dims.rotary_dim, 1e7, torch.device("cpu"))
     for span, positions in SPANS:
         for p in positions:

@@ -126,20 +126,30 @@ def _residual_gemv_kernel(a_ptr, w_ptr, res_ptr, y_ptr, gain_ptr, out_ptr, ticke
 
 
 @triton.jit
-def _norm_rope(x_ptr, offs, d, used, gain_ptr, cos_ptr, sin_ptr, eps, HD: tl.constexpr, ROT: tl.constexpr):
-    """Heads (rows) at x_ptr + offs: zero-centred RMSNorm, then interleaved RoPE of the first ROT dims, each
-    rounded to x's dtype as the torch step rounds. Dim d's rotation partner d ^ 1 is loaded a second time rather
-    than shuffled across lanes."""
+def _norm_rope(x_ptr, offs, d, used, gain_ptr, cos_ptr, sin_ptr, eps, HD: tl.constexpr, ROT: tl.constexpr,
+               INTERLEAVED: tl.constexpr):
+    """Heads (rows) at x_ptr + offs: zero-centred RMSNorm, then RoPE of the first ROT dims, each rounded to x's
+    dtype as the torch step rounds. The rotation pairs dims (2i, 2i + 1) when INTERLEAVED (the tower), else
+    (i, i + ROT/2) (rotate-half: the backbone). Dim d's partner is loaded a second time rather than shuffled across
+    lanes; beyond ROT it is some other dim, multiplied by sin = 0."""
+    if INTERLEAVED:
+        mate = d ^ 1
+        freq = d // 2
+        leads = d % 2 == 0
+    else:
+        mate = d ^ (ROT // 2)
+        freq = d % (ROT // 2)
+        leads = d % ROT < ROT // 2
     dt = x_ptr.dtype.element_ty
     x = tl.load(x_ptr + offs[:, None] + d[None, :], mask=used[:, None], other=0.0).to(tl.float32)
-    partner = tl.load(x_ptr + offs[:, None] + (d ^ 1)[None, :], mask=used[:, None], other=0.0).to(tl.float32)
+    partner = tl.load(x_ptr + offs[:, None] + mate[None, :], mask=used[:, None], other=0.0).to(tl.float32)
     rstd = tl.rsqrt(tl.sum(x * x, axis=1) / HD + eps)[:, None]
     x = (x * rstd * tl.load(gain_ptr + d)[None, :]).to(dt).to(tl.float32)
-    partner = (partner * rstd * tl.load(gain_ptr + (d ^ 1))[None, :]).to(dt).to(tl.float32)
+    partner = (partner * rstd * tl.load(gain_ptr + mate)[None, :]).to(dt).to(tl.float32)
     rotary = d < ROT
-    cos = tl.load(cos_ptr + d // 2, mask=rotary, other=1.0)[None, :]
-    sin = tl.load(sin_ptr + d // 2, mask=rotary, other=0.0)[None, :]
-    sign = tl.where(d % 2 == 0, -1.0, 1.0)[None, :]  # (a, b) -> (a cos - b sin, b cos + a sin)
+    cos = tl.load(cos_ptr + freq, mask=rotary, other=1.0)[None, :]
+    sin = tl.load(sin_ptr + freq, mask=rotary, other=0.0)[None, :]
+    sign = tl.where(leads, -1.0, 1.0)[None, :]  # (a, b) -> (a cos - b sin, b cos + a sin)
     return (x * cos + sign * partner * sin).to(dt)
 
 
@@ -147,7 +157,7 @@ def _norm_rope(x_ptr, offs, d, used, gain_ptr, cos_ptr, sin_ptr, eps, HD: tl.con
 def _attention_kernel(qkv_ptr, q_gain_ptr, k_gain_ptr, cos_ptr, sin_ptr, pos_ptr, keys_ptr, values_ptr, part_ptr,
                       stats_ptr, ticket_ptr, out_ptr, eps, scale, NH: tl.constexpr, NKV: tl.constexpr,
                       HD: tl.constexpr, ROT: tl.constexpr, GP: tl.constexpr, S: tl.constexpr, SP: tl.constexpr,
-                      BR: tl.constexpr, TILES: tl.constexpr, PRECISION: tl.constexpr):
+                      BR: tl.constexpr, TILES: tl.constexpr, PRECISION: tl.constexpr, INTERLEAVED: tl.constexpr):
     g = tl.program_id(0)
     s = tl.program_id(1)
     G: tl.constexpr = NH // NKV  # query heads g * G .. g * G + G - 1 read kv head g; padded to GP for tl.dot
@@ -157,9 +167,11 @@ def _attention_kernel(qkv_ptr, q_gain_ptr, k_gain_ptr, cos_ptr, sin_ptr, pos_ptr
     used = heads < G
     cos_row = cos_ptr + pos * (ROT // 2)
     sin_row = sin_ptr + pos * (ROT // 2)
-    q = _norm_rope(qkv_ptr, (g * G + heads) * 2 * HD, d, used, q_gain_ptr, cos_row, sin_row, eps, HD, ROT)
+    q = _norm_rope(qkv_ptr, (g * G + heads) * 2 * HD, d, used, q_gain_ptr, cos_row, sin_row, eps, HD, ROT,
+                   INTERLEAVED)
     one = tl.arange(0, 1)
-    k = _norm_rope(qkv_ptr, NH * 2 * HD + g * HD + one, d, one == 0, k_gain_ptr, cos_row, sin_row, eps, HD, ROT)
+    k = _norm_rope(qkv_ptr, NH * 2 * HD + g * HD + one, d, one == 0, k_gain_ptr, cos_row, sin_row, eps, HD, ROT,
+                   INTERLEAVED)
     v = tl.load(qkv_ptr + NH * 2 * HD + (NKV + g) * HD + one[:, None] + d[None, :])
     # rows 0..pos split evenly (in BR-row tiles) over the S programs of this kv head
     chunk = tl.cdiv(tl.cdiv(pos + 1, S), BR) * BR
@@ -266,8 +278,9 @@ def attention(qkv: torch.Tensor, w: AttnWeights, geo: AttentionGeometry, cache: 
     row's key and value at pos and returns sigmoid(gate) * attention (heads * head_dim,) in qkv's dtype."""
     nh, nkv, hd = geo.num_heads, geo.num_kv_heads, geo.head_dim
     _check(qkv, cache.keys, cache.values, rope.cos, rope.sin)
-    if not geo.interleaved_rope or hd & (hd - 1) or hd < 16:
-        raise ValueError("triton_tower's attention takes interleaved RoPE and power-of-two head dims >= 16")
+    rot = geo.rotary_dim
+    if hd & (hd - 1) or hd < 16 or rot < 2 or rot & (rot - 1):
+        raise ValueError("triton_tower's attention takes power-of-two head dims >= 16 and rotary dims >= 2")
     splits, group = attention_splits(span), max(16, triton.next_power_of_2(nh // nkv))  # tl.dot needs 16 rows
     part = torch.empty((nkv, splits, group, hd), dtype=torch.float32, device=qkv.device)
     stats = torch.empty((nkv, splits, 2, group), dtype=torch.float32, device=qkv.device)
@@ -276,7 +289,8 @@ def attention(qkv: torch.Tensor, w: AttnWeights, geo: AttentionGeometry, cache: 
         qkv, w.q_gain, w.k_gain, rope.cos, rope.sin, pos, cache.keys, cache.values, part, stats, cache.tickets, out,
         geo.eps, hd ** -0.5, nh, nkv, hd, geo.rotary_dim, group, splits, triton.next_power_of_2(splits), ATTN_ROWS,
         triton.cdiv(triton.cdiv(span, splits), ATTN_ROWS),
-        "ieee" if qkv.dtype == torch.float32 else None, num_warps=NUM_WARPS)  # fp32 as torch's, not TF32
+        "ieee" if qkv.dtype == torch.float32 else None, geo.interleaved_rope,  # fp32 as torch's, not TF32
+        num_warps=NUM_WARPS)
     return out
 
 
