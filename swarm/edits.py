@@ -81,8 +81,9 @@ def check_path(path: str) -> str:
 def apply_edits(files: dict[str, str], edits: list[FileEdit]) -> dict[str, str]:
     """A new package (path -> source) with `edits` applied in order; `files` is left untouched.
 
-    Raises EditError naming the file and block for a SEARCH that matches zero or several times, a bad path,
-    an empty SEARCH on an existing file, or an edited .py file that no longer parses.
+    A SEARCH of a whole file with an empty REPLACE deletes the file. Raises EditError naming the file and block
+    for a SEARCH that matches zero or several times, a bad path, an empty SEARCH on an existing file, or an edited
+    .py file that no longer parses.
     """
     out = dict(files)
     touched: list[str] = []
@@ -94,6 +95,8 @@ def apply_edits(files: dict[str, str], edits: list[FileEdit]) -> dict[str, str]:
                 raise EditError(f"{where}: empty SEARCH creates a file, but {path} exists; "
                                 "copy the exact lines to change into SEARCH")
             out[path] = edit.replace
+        elif edit.replace == "" and out.get(path) == edit.search:
+            del out[path]  # the whole file as SEARCH and an empty REPLACE: the file goes
         else:
             if path not in out:
                 raise EditError(f"{where}: no such file in the engine package (files: {', '.join(sorted(out))}); "
@@ -102,7 +105,7 @@ def apply_edits(files: dict[str, str], edits: list[FileEdit]) -> dict[str, str]:
         if path not in touched:
             touched.append(path)
     for path in touched:
-        if path.endswith(".py"):
+        if path.endswith(".py") and path in out:
             _check_compiles(path, out[path])
     return out
 

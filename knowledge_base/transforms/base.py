@@ -73,6 +73,14 @@ def replace_once(files: Files, path: str, search: str, replace: str) -> Patch:
     return Patch(path, search, replace)
 
 
+def delete_file(files: Files, path: str) -> Patch:
+    """A patch deleting `path` (its whole text as SEARCH, an empty REPLACE), for a file the transform leaves
+    unused; NotApplicable if the package lacks it."""
+    if path not in files:
+        raise NotApplicable(f"{path}: the file this transform retires is not there")
+    return Patch(path, files[path], "")
+
+
 TEMPLATES = Path(__file__).parent / "templates"  # whole engine files that transforms add
 
 

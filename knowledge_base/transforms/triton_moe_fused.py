@@ -1,11 +1,12 @@
 """triton_moe_fused: the graphed decode step's whole MoE after the router + shared-expert GEMV (softmax, top-k,
 renormalisation, routed experts, shared expert, sum) as two Triton kernels per layer instead of ~12 kernels, since
 the captured frame is bound by its kernel count. Takes over triton_fp8_moe's branch of decode_moe.py (which
-it requires, with its FP8 decoding in templates/fp8_triton/); the kernel file lives in templates/triton_moe_fused/.
+it requires, keeping its FP8 decoding in templates/fp8_triton/ and deleting its kernel files); the kernel file lives
+in templates/triton_moe_fused/.
 """
 from __future__ import annotations
 
-from .base import Files, Params, Patch, Transform, replace_once, template_files
+from .base import Files, Params, Patch, Transform, delete_file, replace_once, template_files
 from .triton_fp8_moe import CALL, MOE, TRITON_CALL
 
 _PROJ = "    logits, shared_gate, shared_up, shared_scale = w.proj(x)\n"
@@ -34,6 +35,8 @@ DOWN_WARPS = {sizes["down_warps"]}  # down kernel: the k experts of a tile sprea
         return fused_moe_decode(x, logits, shared_gate, shared_up, shared_scale, w, cfg)
 """),
         replace_once(files, MOE, TRITON_CALL, CALL),  # that branch is never taken now
+        # and nothing calls triton_fp8_moe's kernels any more: the kept engine's diff carries no dead file
+        delete_file(files, "triton_moe.py"), delete_file(files, "triton_moe_params.py"),
     ]
 
 

@@ -72,6 +72,16 @@ def test_empty_search_creates_a_file_but_never_overwrites_one():
         apply_edits(FILES, [FileEdit(path="moe.py", search="", replace="T = 1\n")])
 
 
+def test_a_whole_file_search_with_an_empty_replace_deletes_the_file():
+    out = apply_edits(FILES, [FileEdit(path="moe.py", search=FILES["moe.py"], replace="")])
+    assert "moe.py" not in out and "moe.py" in FILES
+    two = {"a.py": "x = 1\ny = 2\n"}  # an empty REPLACE of a part only removes that part
+    assert apply_edits(two, [FileEdit(path="a.py", search="y = 2\n", replace="")]) == {"a.py": "x = 1\n"}
+    with pytest.raises(EditError, match="no such file"):  # a deleted file takes no further edit
+        apply_edits(FILES, [FileEdit(path="moe.py", search=FILES["moe.py"], replace=""),
+                            FileEdit(path="moe.py", search="x", replace="y")])
+
+
 def test_edit_of_a_missing_file_is_rejected():
     with pytest.raises(EditError, match="no such file in the engine package"):
         apply_edits(FILES, [FileEdit(path="nope.py", search="a", replace="b")])
