@@ -32,16 +32,19 @@ class Outcome:
 
 
 def collect(paths: list[str], selection: str | None) -> list[str]:
-    command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *paths]
+    """The node ids of `paths`, each runnable from this repo's root."""
+    files = [Path(p.split("::")[0]).resolve() for p in paths]
+    inside = all(f.is_relative_to(ROOT) for f in files)
+    # pytest names tests relative to its rootdir, which it guesses from the arguments and the working directory
+    # when they lie outside this repo; fixed here, the names map back to paths
+    rootdir = ROOT if inside else Path(os.path.commonpath([f if f.is_dir() else f.parent for f in files]))
+    command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+               f"--rootdir={rootdir}", *paths]
     done = subprocess.run(command + (["-k", selection] if selection else []), cwd=ROOT, capture_output=True,
                           text=True, check=False)
     tests = [line for line in done.stdout.splitlines() if "::" in line]
     if not tests:
         raise SystemExit(f"no tests collected from {paths}:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
-    # node ids are relative to pytest's rootdir: this repo's for its own tests, else the tests' common folder
-    files = [Path(p.split("::")[0]).resolve() for p in paths]
-    inside = all(f.is_relative_to(ROOT) for f in files)
-    rootdir = ROOT if inside else Path(os.path.commonpath([f if f.is_dir() else f.parent for f in files]))
     return [t if inside else str(rootdir / t) for t in tests]
 
 
