@@ -25,7 +25,7 @@ from .correctness import AudioLevel, Cascade
 from .inputs import held_out_requests, trial_request
 from .profiling import PROFILE_FRAMES, PROFILE_S, profile_engine
 from .sandbox import REFERENCE_DIR, Deadline, Pool, Ready, Worker, WorkerFailure
-from .statistics import NoiseCalibration, compare, decide, threshold
+from .statistics import NoiseCalibration, calibrated, compare, decide
 from .verdict import EvaluatorError, Evidence, Rejected, Status, Verdict
 
 
@@ -51,9 +51,20 @@ def calibrate_noise(baseline_dir: Path, target: Target, *, work_dir: Path, gpu_i
     finally:
         pool.close()
     ratios = paired_ratios(trials)
-    c = compare(ratios, 1.0, target.benchmark.confidence, rng.getrandbits(32), target.benchmark.min_speedup)
-    return NoiseCalibration(speedup=c.speedup, ci_low=c.ci_low, ci_high=c.ci_high, rel_iqr=spread(trials),
+    c = compare(ratios, 1.0, spread(trials), target.benchmark.confidence, rng.getrandbits(32),
+                min_speedup=target.benchmark.min_speedup, calibration=None)
+    return NoiseCalibration(speedup=c.speedup, ci_low=c.ci_low, ci_high=c.ci_high, rel_iqr=c.spread,
                             pairs=len(ratios), baseline=str(baseline_dir))
+
+
+def with_calibration(verdict: Verdict, calibration: NoiseCalibration, target: Target) -> Verdict:
+    """`verdict` decided again against an A/A band measured after it; a verdict with no speed comparison, or one
+    already calibrated, as it is."""
+    if verdict.comparison is None or verdict.comparison.calibrated:
+        return verdict
+    c = calibrated(verdict.comparison, target.benchmark.min_speedup, calibration)
+    status, summary = decide(c, target.benchmark.max_plausible_speedup)
+    return verdict.model_copy(update={"status": status, "summary": summary, "comparison": c})
 
 
 class _Evaluation:
@@ -160,12 +171,12 @@ class _Evaluation:
                                                                                                    "baseline")}
         ttfa = statistics.median(c.ttfa_ms_p50 / b.ttfa_ms_p50 for c, b in
                                  zip(results["candidate"].prompts, results["baseline"].prompts))
-        limit = threshold(self.target.benchmark.min_speedup, self.calibration)
-        comparison = compare(paired_ratios(trials), ttfa, self.target.benchmark.confidence,
-                             self.rng.getrandbits(32), limit, calibrated=self.calibration is not None)
+        comparison = compare(paired_ratios(trials), ttfa, spread(trials), self.target.benchmark.confidence,
+                             self.rng.getrandbits(32), min_speedup=self.target.benchmark.min_speedup,
+                             calibration=self.calibration)
         self.verdict_fields |= {"candidate_bench": results["candidate"], "baseline_bench": results["baseline"],
                                 "comparison": comparison}
-        return decide(comparison, spread(trials), self.target.benchmark.max_plausible_speedup)
+        return decide(comparison, self.target.benchmark.max_plausible_speedup)
 
 
 def _trusted(call, *args):

@@ -65,15 +65,23 @@ def threshold(min_speedup: float, calibration: NoiseCalibration | None) -> float
     return max(min_speedup, calibration.ci_high, 1 / calibration.ci_low)
 
 
-def compare(ratios: list[float], ttfa_ratio: float, confidence: float, seed: int, limit: float,
-            calibrated: bool = True) -> Comparison:
+def compare(ratios: list[float], ttfa_ratio: float, spread: float, confidence: float, seed: int, *,
+            min_speedup: float, calibration: NoiseCalibration | None) -> Comparison:
+    """`spread`: the largest relative IQR of the paired ratios seen (per prompt)."""
     low, high = bootstrap_ci(ratios, confidence, seed)
-    return Comparison(speedup=statistics.median(ratios), ci_low=low, ci_high=high, threshold=limit,
-                      ttfa_ratio=ttfa_ratio, calibrated=calibrated)
+    return Comparison(speedup=statistics.median(ratios), ci_low=low, ci_high=high,
+                      threshold=threshold(min_speedup, calibration), ttfa_ratio=ttfa_ratio, spread=spread,
+                      calibrated=calibration is not None)
 
 
-def decide(c: Comparison, spread: float, max_plausible: float) -> tuple[Status, str]:
-    """The status and a one-line reason; `spread` is the largest relative IQR of the paired ratios seen."""
+def calibrated(c: Comparison, min_speedup: float, calibration: NoiseCalibration) -> Comparison:
+    """The comparison against an A/A band measured after it (one-off evaluations measure it only for a win)."""
+    return c.model_copy(update={"threshold": threshold(min_speedup, calibration), "calibrated": True})
+
+
+def decide(c: Comparison, max_plausible: float) -> tuple[Status, str]:
+    """The status and a one-line reason."""
+    spread = c.spread
     ci = f"speedup {c.speedup:.3f} (CI {c.ci_low:.3f}..{c.ci_high:.3f}, threshold {c.threshold:.3f})"
     if c.speedup > max_plausible:
         return Status.CHEAT_SUSPECTED, f"{ci} is above max_plausible_speedup {max_plausible:g}: manual review"
@@ -82,9 +90,10 @@ def decide(c: Comparison, spread: float, max_plausible: float) -> tuple[Status, 
     if spread > MAX_REL_IQR and c.ci_low <= c.threshold * (1 + spread):
         return Status.NOISY, (f"timing spread {spread:.0%} (relative IQR) is over {MAX_REL_IQR:.0%} and the CI's "
                               f"lower bound does not clear the threshold by as much: {ci}")
-    if c.ci_low > c.threshold and not c.calibrated:
+    if c.awaits_calibration:
         return Status.NOISY, (f"no A/A calibration, so a win cannot be told from order and process effects: {ci}; "
-                              "pass calibration=calibrate_noise(...) or use `python -m evaluator`, which calibrates")
+                              "pass calibration=calibrate_noise(...), or use `swarm eval` / `python -m evaluator`, "
+                              "which measure it for a win")
     if c.ci_low > c.threshold:
         return Status.PASS, f"faster: {ci}" + (f" (beyond a {spread:.0%} spread)" if spread > MAX_REL_IQR else "")
     return Status.SLOWER, f"not faster beyond noise: {ci}"

@@ -71,7 +71,13 @@ class Comparison(_Model):
     ci_high: float
     threshold: float  # the lower CI bound must clear this (target min_speedup, raised by A/A noise)
     ttfa_ratio: float  # candidate TTFA / baseline TTFA
+    spread: float = 0.0  # the largest relative IQR of the paired ratios on one prompt
     calibrated: bool = True  # the threshold includes an A/A band; without one no comparison is a win
+
+    @property
+    def awaits_calibration(self) -> bool:
+        """A win by the target's min_speedup alone, which only an A/A band can confirm."""
+        return not self.calibrated and self.ci_low > self.threshold
 
 
 PROFILE_ROWS = 15  # the most rows a profile may carry

@@ -115,13 +115,12 @@ def eval_(candidate_dir: Annotated[Path, typer.Argument(help="an engine package 
           target_file: Annotated[Path, typer.Option("--target", help="target YAML")],
           baseline: Annotated[Path | None, typer.Option(help="baseline engine dir [default: the reference]")] = None,
           calibration: Annotated[Path | None, typer.Option(
-              help="A/A calibration JSON: read if it exists, else measured and written there (reuse it only for "
-                   "the same baseline, target and machine)")] = None,
+              help="A/A calibration JSON: read if it exists, else written there when a would-be win measures one "
+                   "(valid for one baseline, target and machine)")] = None,
           ) -> None:
-    """Judge one engine directory against a baseline: the A/A noise floor of the baseline (measured, or kept in
-    --calibration), the correctness cascade, then the interleaved benchmark."""
-    from evaluator import evaluate
-    from evaluator.calibration_file import CalibrationFileError, kept_or_measured
+    """Judge one engine directory against a baseline: the correctness cascade, the interleaved benchmark, and for
+    a would-be win the baseline's A/A noise floor (measured then, or kept in --calibration)."""
+    from evaluator.one_off import CalibrationFileError, evaluate_one_off
 
     target = _target(target_file)
     with _usage_errors():
@@ -130,10 +129,8 @@ def eval_(candidate_dir: Annotated[Path, typer.Argument(help="an engine package 
             raise FileNotFoundError(f"{candidate_dir}: not a directory; pass an engine package directory")
     with tempfile.TemporaryDirectory(prefix="swarm-eval-") as work, _interruptible():
         try:
-            noise = kept_or_measured(calibration, baseline_dir, target, work_dir=Path(work),
-                                     say=lambda line: console.print(escape(line), highlight=False))
-            verdict = evaluate(candidate_dir, target, baseline_dir=baseline_dir, work_dir=Path(work),
-                               calibration=noise)
+            verdict = evaluate_one_off(candidate_dir, target, baseline_dir=baseline_dir, work_dir=Path(work),
+                                       keep=calibration, say=lambda line: console.print(escape(line), highlight=False))
         except CalibrationFileError as e:
             console.print(f"[bold red]error:[/bold red] {escape(str(e))}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None

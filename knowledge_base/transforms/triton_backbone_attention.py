@@ -5,7 +5,7 @@ replaces ~30 torch ops per layer, among them an fp32 copy of the layer's whole c
 """
 from __future__ import annotations
 
-from .base import Files, Params, Patch, Transform, replace_once
+from .base import Files, NotApplicable, Params, Patch, Transform, replace_once
 
 STEP = "decode_step.py"
 _IMPORTS = "from __future__ import annotations\n\nfrom collections.abc import Callable\n"
@@ -15,6 +15,8 @@ _MIXER = "def _attention_mixer("
 
 
 def _apply(files: Files, params: Params) -> list[Patch]:
+    if "triton_tower.py" not in files:  # its kernels are imported from there
+        raise NotApplicable("triton_backbone_attention: apply triton_tower first")
     return [
         replace_once(files, STEP, _IMPORTS, _IMPORTS.replace("from collections", "import os\nfrom collections")),
         replace_once(files, STEP, _MIXER, '''\
@@ -22,7 +24,9 @@ def _apply(files: Files, params: Params) -> list[Patch]:
 _TRITON_ON_CPU = os.environ.get("TRITON_INTERPRET") == "1"
 
 
-@torch.compiler.disable  # Triton kernels launched from Python; with COMPILE_STEPS inductor fuses the glue around
+# dynamo must not trace the launch wrappers (buffer allocation, atomic tickets): with COMPILE_STEPS the mixer
+# breaks in two compiled pieces around this call (the add before, the post-attention norm after)
+@torch.compiler.disable
 def _attention_kernels(x: torch.Tensor, lw: LayerWeights, geo: AttentionGeometry, cache: StaticKVCache,
                        pos: torch.Tensor, span: int, rope: RopeTable) -> torch.Tensor:
     """x + attention_decode(norm(x)) by triton_backbone_attention: three kernels."""
@@ -60,5 +64,5 @@ triton_backbone_attention = Transform(
            "attention kernel, whose tower timing on the H200 was 1.30 vs 2.59 ms for 13 layers. The torch "
            "attention step casts the layer's whole cached K/V span to fp32 each frame; the kernel reads the bf16 "
            "cache once. Its kernels run outside inductor (torch.compiler.disable), so with inductor_decode_steps "
-           "the residual add and the post-attention norm around them stay compiled.",
+           "the add of the previous MoE output and the post-attention norm stay compiled, in two pieces.",
 )

@@ -50,8 +50,8 @@ NUM_WARPS = {sizes["num_warps"]}
 
 triton_tower = Transform(
     name="triton_tower",
-    # measured on the H200 (tests/gpu, docs/benchmarks.md session 6): the 13-layer tower step in a CUDA graph takes
-    # 1.30 ms against 2.59 (torch) and 1.48 (inductor); on the kept engine's 11.8 ms frame that is ~1.1x
+    # the 13-layer tower step measured alone on the H200 (tests/gpu, docs/benchmarks.md session 6): 1.30 ms in a
+    # CUDA graph against 2.59 (torch) and 1.48 (inductor); projected onto the kept engine's 11.8 ms frame, ~1.1x
     impact={"cuda": 1.1},
     summary="run each graphed decode tower layer as six Triton kernels: norm-prologue GEMVs (eh_proj, q|k|v, "
             "gate|up with SiLU), a split-KV attention kernel doing q/k-norm, RoPE, the cache write, the merge and "

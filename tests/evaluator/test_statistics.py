@@ -6,8 +6,12 @@ import random
 
 import pytest
 
-from evaluator.statistics import NoiseCalibration, bootstrap_ci, compare, decide, rel_iqr, threshold
+from evaluator.statistics import NoiseCalibration, bootstrap_ci, calibrated, compare, decide, rel_iqr, threshold
 from evaluator.verdict import Status
+
+
+AA = NoiseCalibration(speedup=1.0, ci_low=0.97, ci_high=1.05, rel_iqr=0.02, pairs=30, baseline="ref")
+TIGHT = NoiseCalibration(speedup=1.0, ci_low=0.99, ci_high=1.02, rel_iqr=0.01, pairs=30, baseline="ref")
 
 
 def _ratios(center: float, jitter: float, n: int = 30, seed: int = 0) -> list[float]:
@@ -25,23 +29,28 @@ def _ratios(center: float, jitter: float, n: int = 30, seed: int = 0) -> list[fl
     (50.0, 0.02, Status.CHEAT_SUSPECTED),
 ])
 def test_decide(center, spread, status):
-    c = compare(_ratios(center, 0.03), 1.0, 0.95, seed=1, limit=1.05)
-    assert decide(c, spread, max_plausible=20.0)[0] == status
+    c = compare(_ratios(center, 0.03), 1.0, spread, 0.95, seed=1, min_speedup=1.03, calibration=AA)
+    assert c.threshold == 1.05 and decide(c, max_plausible=20.0)[0] == status
 
 
-def test_an_uncalibrated_win_is_noisy_not_a_pass():
-    c = compare(_ratios(1.50, 0.03), 1.0, 0.95, seed=1, limit=1.05, calibrated=False)
-    status, reason = decide(c, 0.02, max_plausible=20.0)
-    assert status == Status.NOISY and "no A/A calibration" in reason
-    slower = compare(_ratios(0.80, 0.03), 1.0, 0.95, seed=1, limit=1.05, calibrated=False)
-    assert decide(slower, 0.02, max_plausible=20.0)[0] == Status.SLOWER  # a loss needs no noise floor
+def test_an_uncalibrated_win_is_noisy_until_an_aa_band_decides_it():
+    c = compare(_ratios(1.50, 0.03), 1.0, 0.02, 0.95, seed=1, min_speedup=1.05, calibration=None)
+    status, reason = decide(c, max_plausible=20.0)
+    assert status == Status.NOISY and "no A/A calibration" in reason and c.awaits_calibration
+    slower = compare(_ratios(0.80, 0.03), 1.0, 0.02, 0.95, seed=1, min_speedup=1.05, calibration=None)
+    assert decide(slower, max_plausible=20.0)[0] == Status.SLOWER  # a loss needs no noise floor
+    assert decide(calibrated(c, 1.05, AA), 20.0)[0] == Status.PASS
+    wide = NoiseCalibration(speedup=0.8, ci_low=0.6, ci_high=1.2, rel_iqr=0.3, pairs=30, baseline="ref")
+    assert decide(calibrated(c, 1.05, wide), 20.0)[0] == Status.SLOWER  # 1 / 0.6 is beyond this win
 
 
 def test_identical_engines_never_pass_over_many_noisy_runs():
     wins = 0
     for seed in range(200):
-        c = compare(_ratios(1.0, 0.15, n=12, seed=seed), 1.0, 0.95, seed=seed, limit=1.03)
-        wins += decide(c, 0.05, 20.0)[0] == Status.PASS
+        c = compare(_ratios(1.0, 0.15, n=12, seed=seed), 1.0, 0.05, 0.95, seed=seed, min_speedup=1.03,
+                    calibration=TIGHT)
+        assert c.threshold == 1.03
+        wins += decide(c, 20.0)[0] == Status.PASS
     assert wins <= 2  # at most ~1% false wins at 95% confidence, one-sided
 
 

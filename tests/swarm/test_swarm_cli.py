@@ -122,4 +122,4 @@ def test_eval_refuses_a_calibration_that_is_not_one(tmp_path):
     kept.write_text('{"speedup": 1.0}')
     result = runner.invoke(app, ["eval", str(ROOT / "reference_runtime" / "model"), "--target",
                                  str(ROOT / "targets" / "drama3_cpu.yaml"), "--calibration", str(kept)])
-    assert result.exit_code == 2 and "is not an A/A calibration" in result.output and "delete it" in result.output
+    assert result.exit_code == 2 and "is not a kept A/A calibration" in result.output and "delete it" in result.output

@@ -35,8 +35,9 @@ def test_applies_only_on_top_of_the_tower_kernels_and_once():
     t = triton_backbone_attention
     assert t.requires == ("cuda_graph_frame", "triton_tower") and t.devices == frozenset({"cuda"}) and t.lesson
     graph = transformed(engine_files(REFERENCE), [cuda_graph_frame])
-    with pytest.raises(NotApplicable):
-        t.apply(engine_files(REFERENCE), {})
+    for without in (engine_files(REFERENCE), graph):
+        with pytest.raises(NotApplicable):
+            t.apply(without, {})
     fast = transformed(graph, [triton_tower, t])
     assert "_attention_kernels(x, lw, geo, cache, pos, future.shape[0], rope)" in fast["decode_step.py"]
     with pytest.raises(NotApplicable):

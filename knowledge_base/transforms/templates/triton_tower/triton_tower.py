@@ -280,7 +280,10 @@ def attention(qkv: torch.Tensor, w: AttnWeights, geo: AttentionGeometry, cache: 
     _check(qkv, cache.keys, cache.values, rope.cos, rope.sin)
     rot = geo.rotary_dim
     if hd & (hd - 1) or hd < 16 or rot < 2 or rot & (rot - 1):
-        raise ValueError("triton_tower's attention takes power-of-two head dims >= 16 and rotary dims >= 2")
+        raise ValueError(f"triton_tower's attention takes power-of-two head dims >= 16 and rotary dims >= 2, got "
+                         f"head_dim {hd}, rotary_dim {rot}")
+    if rope.cos.shape[1] != rot // 2:  # the kernel steps through the table by rot // 2 per row
+        raise ValueError(f"the RoPE table has {rope.cos.shape[1]} frequencies, the geometry {rot // 2}")
     splits, group = attention_splits(span), max(16, triton.next_power_of_2(nh // nkv))  # tl.dot needs 16 rows
     part = torch.empty((nkv, splits, group, hd), dtype=torch.float32, device=qkv.device)
     stats = torch.empty((nkv, splits, 2, group), dtype=torch.float32, device=qkv.device)
