@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -20,7 +21,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACEBACK_LINES = 25  # of a failure's short traceback, printed after the table
-SLACK_S = 5  # a test is started only when this much of the budget is left past its start-up
+SLACK_S = 5  # kept back from each test's limit for killing it and starting the next
+MIN_TEST_S = 30  # a test is started only with this much time (or its whole limit, if less): a shorter start is a
+# timeout by construction, and reads like a hang
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +31,7 @@ class Outcome:
     test: str
     result: str  # "passed", "FAILED", "skipped", "TIMEOUT", "not run"
     seconds: float
+    limit_s: float = 0.0
     tail: str = ""  # the short traceback of a failure, the last output of a timeout
 
 
@@ -43,33 +47,35 @@ def collect(paths: list[str], selection: str | None) -> list[str]:
     done = subprocess.run(command + (["-k", selection] if selection else []), cwd=ROOT, capture_output=True,
                           text=True, check=False)
     tests = [line for line in done.stdout.splitlines() if "::" in line]
-    if not tests:
-        raise SystemExit(f"no tests collected from {paths}:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    if done.returncode not in (0, 5) or not tests:  # 5: nothing collected; any other: a module did not import
+        raise SystemExit(f"collecting {paths} failed (exit {done.returncode}):\n{done.stdout[-4000:]}"
+                         f"{done.stderr[-2000:]}")
     return [t if inside else str(rootdir / t) for t in tests]
 
 
 def run_one(test: str, limit_s: float, log: Path | None) -> Outcome:
-    command = [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "--tb=short", "-W",
-               "ignore::UserWarning", "-W", "ignore::DeprecationWarning", test]
+    command = [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "-p", "no:warnings",
+               "--tb=short", test]
     started = time.perf_counter()
+    # a session of its own: on a timeout the whole group goes (inductor's compile workers, evaluator workers
+    # holding GPU memory), not only pytest
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
     try:
-        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=limit_s, check=False)
-        output, code = done.stdout + done.stderr, done.returncode
-    except subprocess.TimeoutExpired as e:
-        output, code = _text(e.stdout) + _text(e.stderr), None
+        output, _ = proc.communicate(timeout=limit_s)
+        code: int | None = proc.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, code = proc.communicate()[0], None
     seconds = time.perf_counter() - started
     if log is not None:
         log.write_text(output)
     if code is None:
-        return Outcome(test, "TIMEOUT", seconds, "\n".join(output.splitlines()[-5:]))
+        return Outcome(test, "TIMEOUT", seconds, limit_s, "\n".join(output.splitlines()[-5:]))
     if code == 0:
         return Outcome(test, "skipped" if " skipped" in output and " passed" not in output else "passed", seconds,
-                       _printed(output))
-    return Outcome(test, "FAILED", seconds, _failure(output))
-
-
-def _text(data: bytes | str | None) -> str:
-    return data.decode(errors="replace") if isinstance(data, bytes) else data or ""
+                       limit_s, _printed(output))
+    return Outcome(test, "FAILED", seconds, limit_s, _failure(output))
 
 
 def _printed(output: str) -> str:
@@ -99,17 +105,18 @@ def main() -> int:
         args.logs.mkdir(parents=True, exist_ok=True)
     outcomes = []
     for test in collect(args.paths, args.selection):
-        left = args.budget_s - (time.perf_counter() - started)
-        if left < SLACK_S + 10:
+        limit = min(args.per_test_s, args.budget_s - (time.perf_counter() - started) - SLACK_S)
+        if limit < min(MIN_TEST_S, args.per_test_s):
             outcomes.append(Outcome(test, "not run", 0.0))
             continue
         log = args.logs / (test.replace("/", "_").replace("::", "__")[:150] + ".log") if args.logs else None
-        outcomes.append(run_one(test, min(args.per_test_s, left - SLACK_S), log))
-        print(f"{outcomes[-1].result:8} {outcomes[-1].seconds:6.1f} s  {test}", flush=True)
+        o = run_one(test, limit, log)
+        outcomes.append(o)
+        print(f"{o.result:8} {o.seconds:6.1f} s of {o.limit_s:4.0f}  {test}", flush=True)
     print("\n".join(f"\n--- {o.result} {o.test}\n{o.tail}" for o in outcomes if o.tail))
     counts = {r: sum(o.result == r for o in outcomes) for r in ("passed", "FAILED", "TIMEOUT", "skipped", "not run")}
     print(", ".join(f"{n} {r}" for r, n in counts.items() if n))
-    return 0 if not (counts["FAILED"] or counts["TIMEOUT"]) else 1
+    return 0 if counts["passed"] + counts["skipped"] == len(outcomes) else 1
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """scripts/gpu_tests.py, the per-test runner for time-limited GPU leases, on CPU: each test in its own process under
-its own limit, a hung test reported as a timeout without hiding the next, the rest listed as not run once the
-budget is spent, a failure's message and a pass's own prints brought back."""
+its own limit, a hung test (and what it started) killed and reported as a timeout without hiding the next, a
+failure's message and a pass's own prints brought back, tests that the budget cannot fit listed as not run, and a
+module that does not import reported rather than dropped."""
 from __future__ import annotations
 
 import subprocess
@@ -9,7 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = '''
-import time
+import subprocess, sys, time
 
 def test_prints():
     print("measured 1.5x")
@@ -18,30 +19,57 @@ def test_fails():
     assert 1 + 1 == 3, "the arithmetic is off"
 
 def test_hangs():
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # a worker it started
     time.sleep(60)
 
 def test_passes():
     pass
-
-def test_hangs_too():
-    time.sleep(60)
-
-def test_never_reached():
-    pass
 '''
 
 
-def test_each_test_gets_its_own_limit_and_the_budget_ends_the_list(tmp_path):
+def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "scripts/gpu_tests.py", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, check=False)
+
+
+def _results(stdout: str) -> dict[str, str]:
+    return {line.split()[-1].split("::")[-1]: line.split()[0] for line in stdout.splitlines()
+            if line.startswith(("passed", "FAILED", "TIMEOUT"))}
+
+
+def _processes_running(command_part: str) -> list[str]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # the process ended meanwhile
+            continue
+        if command_part in text:
+            found.append(text)
+    return found
+
+
+def test_each_test_runs_under_its_own_limit(tmp_path):
     sample = tmp_path / "test_sample.py"
     sample.write_text(SAMPLE)
-    done = subprocess.run([sys.executable, "scripts/gpu_tests.py", "--per-test-s", "10", "--budget-s", "34",
-                           "--logs", str(tmp_path / "logs"), str(sample)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, check=False)
-    lines = {line.split()[-1].split("::")[-1]: line.split()[0] for line in done.stdout.splitlines()
-             if line.startswith(("passed", "FAILED", "TIMEOUT"))}
-    # ~14 s in, 20 s are left: test_hangs_too starts; ~24 s in, 10 s are left: not enough for another
-    assert lines == {"test_prints": "passed", "test_fails": "FAILED", "test_hangs": "TIMEOUT",
-                     "test_passes": "passed", "test_hangs_too": "TIMEOUT"}, done.stdout
+    done = _run(tmp_path, "--per-test-s", "8", "--budget-s", "200", "--logs", str(tmp_path / "logs"), str(sample))
+    assert _results(done.stdout) == {"test_prints": "passed", "test_fails": "FAILED", "test_hangs": "TIMEOUT",
+                                     "test_passes": "passed"}, done.stdout
     assert "measured 1.5x" in done.stdout and "the arithmetic is off" in done.stdout
-    assert done.stdout.rstrip().endswith("2 passed, 1 FAILED, 2 TIMEOUT, 1 not run") and done.returncode == 1
-    assert len(list((tmp_path / "logs").iterdir())) == 5
+    assert done.stdout.rstrip().endswith("2 passed, 1 FAILED, 1 TIMEOUT") and done.returncode == 1
+    assert len(list((tmp_path / "logs").iterdir())) == 4
+    assert not _processes_running("import time; time.sleep(60)"), "the hung test's own child outlived its timeout"
+
+
+def test_a_spent_budget_lists_the_rest_as_not_run(tmp_path):
+    sample = tmp_path / "test_sample.py"
+    sample.write_text(SAMPLE)
+    done = _run(tmp_path, "--per-test-s", "60", "--budget-s", "20", str(sample))
+    assert done.stdout.rstrip().endswith("4 not run") and done.returncode == 1, done.stdout
+
+
+def test_a_module_that_does_not_import_is_reported(tmp_path):
+    broken = tmp_path / "test_broken.py"
+    broken.write_text("import no_such_module_here\n\ndef test_x():\n    pass\n")
+    done = _run(tmp_path, str(broken))
+    assert done.returncode != 0 and "no_such_module_here" in done.stdout + done.stderr

@@ -21,7 +21,8 @@ class NotApplicable(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Patch:
-    """One SEARCH/REPLACE edit of a file in the engine package (`search == ""` creates the file)."""
+    """One SEARCH/REPLACE edit of a file in the engine package (`search == ""` creates the file; the whole file
+    as `search` with `replace == ""` deletes it)."""
 
     path: str
     search: str

@@ -69,6 +69,18 @@ def assert_passes_gate(config: Drama3Config, ref, eng, frames: int = 16, prompts
         assert not evidence, f"{config.name} {name}: {stats} {evidence}"
 
 
+def kv_caches(cache_type: type, geo, gen: torch.Generator, count: int) -> list:
+    """`count` 4096-row bf16 KV caches of `cache_type` (an engine package's StaticKVCache, for `geo`'s heads) on
+    the GPU, holding the same random rows."""
+    caches = [cache_type(4096, geo.num_kv_heads, geo.head_dim, torch.bfloat16, torch.device("cuda"))
+              for _ in range(count)]
+    keys, values = (torch.randn(caches[0].keys.shape, generator=gen, device="cuda") for _ in range(2))
+    for cache in caches:
+        cache.keys.copy_(keys)
+        cache.values.copy_(values)
+    return caches
+
+
 def assert_bf16_close(got: torch.Tensor, want: torch.Tensor, tol: float = 2e-2) -> None:
     """bf16 outputs a rounding step or two apart (fp32 sums in another order; softmax weights rounded to bf16).
     The absolute slack shrinks with small outputs: the full-size o_proj output peaks near 0.04."""

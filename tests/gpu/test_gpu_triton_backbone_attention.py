@@ -2,12 +2,12 @@
 (drama3-mid has them) the attention mixer through the kernels matches the torch mixer at short and long spans and
 writes the same cache row; engines with it pass the teacher-forced gate at drama3-tiny and drama3-mid; and the time
 of one frame's 10 attention mixers (the full model's count) in a CUDA graph is printed against the torch mixer's,
-plain and inductor-compiled."""
+plain and inductor-compiled (the kernels beside inductor too, as in the fast stacks)."""
 from __future__ import annotations
 
 import pytest
 import torch
-from gpu_engines import assert_bf16_close, assert_passes_gate, config_named, graph_ms, mid_config
+from gpu_engines import assert_bf16_close, assert_passes_gate, config_named, graph_ms, kv_caches, mid_config
 
 from knowledge_base.transforms import TRANSFORMS
 from knowledge_base.transforms.cuda_graph_frame import cuda_graph_frame
@@ -26,13 +26,16 @@ CASES = [(256, 0), (256, 255), (1024, 700), (4096, 4095)]
 
 @pytest.fixture(scope="module")
 def mixers(load_package):
-    """({"torch", "inductor", "triton"}: decode_step modules, the attention layers' weights, geometry, rope, the
+    """({"torch", "inductor", "triton", "triton_inductor"}: decode_step modules, the attention layers' weights, geometry, rope, the
     kernel package's StaticKVCache (with the tickets the kernels need; the torch mixers ignore them))."""
     config = mid_config()
     weights = init_weights(config, seed=0, device=DEVICE)
+    kernels = [(TRANSFORMS[n], {}) for n in NAMES]
     packages = {"torch": load_package([(cuda_graph_frame, {})]),
                 "inductor": load_package([(cuda_graph_frame, {}), (inductor_decode_steps, {})]),
-                "triton": load_package([(TRANSFORMS[n], {}) for n in NAMES])}
+                "triton": load_package(kernels),
+                # the kernels outside inductor, the add and the norm around them compiled (the fast stacks' case)
+                "triton_inductor": load_package(kernels + [(inductor_decode_steps, {})])}
     graph = packages["torch"]
     layers = [lw for lw in graph.decode_weights.decode_weights(weights, config, DEVICE, fuse=True).layers
               if isinstance(lw.mixer, graph.decode_weights.AttnWeights)]
@@ -44,30 +47,22 @@ def mixers(load_package):
     return steps, layers, geo, rope, packages["triton"].static_state.StaticKVCache
 
 
-def _caches(cache_type, geo, gen: torch.Generator, count: int) -> list:
-    """`count` 4096-row bf16 KV caches holding the same random rows."""
-    caches = [cache_type(4096, geo.num_kv_heads, geo.head_dim, torch.bfloat16, DEVICE) for _ in range(count)]
-    keys, values = (torch.randn(caches[0].keys.shape, generator=gen, device=DEVICE) for _ in range(2))
-    for cache in caches:
-        cache.keys.copy_(keys)
-        cache.values.copy_(values)
-    return caches
-
-
 def test_mixer_matches_the_torch_mixer(mixers):
     steps, layers, geo, rope, cache_type = mixers
     gen = torch.Generator(device=DEVICE).manual_seed(0)
     for span, p in CASES:
-        want_cache, got_cache = _caches(cache_type, geo, gen, 2)
+        want_cache, *got_caches = kv_caches(cache_type, geo, gen, 3)
         x, moe_out = (torch.randn(1, 2048, generator=gen, device=DEVICE).bfloat16() for _ in range(2))
         pos, future = torch.tensor([p], device=DEVICE), torch.arange(span, device=DEVICE) > p
-        want = steps["torch"]._attention_mixer(x, moe_out, layers[0], geo, want_cache, pos, future, rope)
-        got = steps["triton"]._attention_mixer(x, moe_out, layers[0], geo, got_cache, pos, future, rope)
-        for g, w in zip(got, want):
-            assert_bf16_close(g, w)
-        assert_bf16_close(got_cache.keys[p], want_cache.keys[p])
-        assert_bf16_close(got_cache.values[p], want_cache.values[p])
-        assert not got_cache.tickets.any()
+        want = steps["torch"].attention_mixer(x, moe_out, layers[0], geo, want_cache, pos, future, rope)
+        for name, got_cache in zip(("triton", "triton_inductor"), got_caches):
+            got = steps[name].attention_mixer(x, moe_out, layers[0], geo, got_cache, pos, future, rope)
+            for g, w in zip(got, want):
+                assert_bf16_close(g, w)
+            assert torch.equal(got_cache.keys[:p], want_cache.keys[:p])  # rows before pos untouched
+            assert_bf16_close(got_cache.keys[p], want_cache.keys[p])
+            assert_bf16_close(got_cache.values[p], want_cache.values[p])
+            assert not got_cache.tickets.any()
 
 
 @pytest.mark.parametrize("config_name", ["drama3-tiny", "drama3-mid"])
@@ -84,7 +79,7 @@ def test_attention_mixer_timing(mixers):
     only that the outputs agree."""
     steps, layers, geo, rope, cache_type = mixers
     gen = torch.Generator(device=DEVICE).manual_seed(1)
-    caches = _caches(cache_type, geo, gen, FULL_MODEL_ATTENTION_LAYERS)
+    caches = kv_caches(cache_type, geo, gen, FULL_MODEL_ATTENTION_LAYERS)
     chosen = [layers[i % len(layers)] for i in range(FULL_MODEL_ATTENTION_LAYERS)]
     x0, moe_out = (torch.randn(1, 2048, generator=gen, device=DEVICE).bfloat16() for _ in range(2))
     pos, future = torch.tensor([700], device=DEVICE), torch.arange(1024, device=DEVICE) > 700
@@ -97,5 +92,7 @@ def test_attention_mixer_timing(mixers):
             outs[name] = h
         times[name] = graph_ms(frame)
     print(f"backbone attention mixers per frame ({FULL_MODEL_ATTENTION_LAYERS} layers, ms): {times}; triton vs "
-          f"torch {times['torch'] / times['triton']:.2f}x, vs inductor {times['inductor'] / times['triton']:.2f}x")
-    assert_bf16_close(outs["triton"], outs["torch"], tol=5e-2)
+          f"torch {times['torch'] / times['triton']:.2f}x, triton_inductor vs inductor "
+          f"{times['inductor'] / times['triton_inductor']:.2f}x")
+    for name in ("triton", "triton_inductor"):
+        assert_bf16_close(outs[name], outs["torch"], tol=5e-2)

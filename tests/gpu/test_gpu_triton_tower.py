@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 import torch
 import torch.nn.functional as F
-from gpu_engines import assert_bf16_close, assert_passes_gate, config_named, graph_ms, mid_config
+from gpu_engines import assert_bf16_close, assert_passes_gate, config_named, graph_ms, kv_caches, mid_config
 
 from knowledge_base.transforms import TRANSFORMS
 from knowledge_base.transforms.cuda_graph_frame import cuda_graph_frame
@@ -48,15 +48,9 @@ def tower(load_package):
 
 
 def _caches(kernels, geo, gen: torch.Generator, count: int = 2) -> list:
-    """`count` 4096-row bf16 KV caches (with tickets) holding the same random rows."""
+    """KV caches of the kernels' package (with the tickets they need)."""
     pkg = importlib.import_module(kernels.__name__.rsplit(".", 1)[0])
-    caches = [pkg.static_state.StaticKVCache(4096, geo.num_kv_heads, geo.head_dim, torch.bfloat16, DEVICE)
-              for _ in range(count)]
-    keys, values = (torch.randn(caches[0].keys.shape, generator=gen, device=DEVICE) for _ in range(2))
-    for cache in caches:
-        cache.keys.copy_(keys)
-        cache.values.copy_(values)
-    return caches
+    return kv_caches(pkg.static_state.StaticKVCache, geo, gen, count)
 
 
 @pytest.mark.parametrize("tiles", ["default", "other"])

@@ -3,7 +3,11 @@ conftest.py) for sm_90, the H200's target, down to its cubin, without a GPU. Run
 kernels import as real JITFunctions; each launch goes through JITFunction.warmup, i.e. the GPU launch path short of
 the launch: the same argument binding, specialization, launch options and compiler, and then the shared memory
 check the driver makes when it loads a kernel. Prints each distinct error with the kernel and its arguments and
-exits 1. Launches that specialize alike compile once (Triton's caches)."""
+exits 1. Launches that specialize alike compile once (Triton's caches).
+
+What it does not cover: flags the wrappers derive from the device (`NATIVE_FP8`, `PRECISE_LOG`: set from
+x.is_cuda) are compiled as the interpreter saw them, i.e. the CPU branch; and the shapes and dtypes are the
+interpreter tests' (mostly drama3-tiny), not the full model's."""
 from __future__ import annotations
 
 import importlib
