@@ -2,7 +2,8 @@
 
     calibration = calibrate_noise(baseline_dir, target, work_dir=...)   # A/A noise floor: without it no win
     verdict = evaluate(candidate_dir, target, baseline_dir=..., work_dir=..., calibration=calibration)
-    python -m evaluator CANDIDATE_DIR --target T.yaml [--calibration aa.json]   # the same from a shell
+    python -m evaluator CANDIDATE_DIR --target T.yaml [--calibration aa.json]   # from a shell: one_off.py, which
+                                                            # measures the A/A only for a would-be win
     live_workers.stop_all()   # on an interrupt: kill every worker of this process
 """
 from . import live_workers
