@@ -73,15 +73,16 @@ def run_one(test: str, limit_s: float, log: Path | None) -> Outcome:
     if code is None:
         return Outcome(test, "TIMEOUT", seconds, limit_s, "\n".join(output.splitlines()[-5:]))
     if code == 0:
-        return Outcome(test, "skipped" if " skipped" in output and " passed" not in output else "passed", seconds,
-                       limit_s, _printed(output))
+        if " passed" not in output:
+            return Outcome(test, "skipped", seconds, limit_s)
+        return Outcome(test, "passed", seconds, limit_s, _printed(output))
     return Outcome(test, "FAILED", seconds, limit_s, _failure(output))
 
 
 def _printed(output: str) -> str:
     """What a passing test printed itself (timings, ratios): the lines before pytest's summary."""
-    lines = [line for line in output.splitlines() if line.strip() and not line.startswith(("=", "."))
-             and " passed" not in line and "warnings summary" not in line]
+    lines = [line for line in output.splitlines() if line.strip() and not line.startswith("=")
+             and line.strip(".sFE") and " passed" not in line]
     return "\n".join(lines[-5:])
 
 
