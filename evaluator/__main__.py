@@ -18,7 +18,8 @@ from .sandbox import REFERENCE_DIR
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m evaluator", description="Judge one engine package against a baseline: correctness, then speed.")
+    parser = argparse.ArgumentParser(prog="python -m evaluator", description="Judge one engine package against a "
+                                     "baseline: correctness, then speed.")
     parser.add_argument("candidate", type=Path, help="the candidate engine package (a copy of reference_runtime/model)")
     parser.add_argument("--target", required=True, type=Path, help="target YAML (targets/*.yaml)")
     parser.add_argument("--baseline", type=Path, default=REFERENCE_DIR, help="baseline engine package "

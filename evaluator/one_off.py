@@ -36,8 +36,8 @@ def evaluate_one_off(candidate_dir: Path, target: Target, *, baseline_dir: Path,
                      gpu_index: int | None = None, keep: Path | None = None,
                      say: Callable[[str], None] = print) -> Verdict:
     """evaluate(), with the A/A calibration kept in `keep` if it is there, else measured after a would-be win."""
-    scope = KeptCalibration.model_construct(target=target.name, baseline=str(Path(baseline_dir).resolve()),
-                                            machine=platform.node(), gpu=gpu_index)
+    scope = {"target": target.name, "baseline": str(Path(baseline_dir).resolve()), "machine": platform.node(),
+             "gpu": gpu_index}  # what a kept calibration must match
     if keep is not None and not keep.parent.is_dir():
         raise CalibrationFileError(f"{keep}: its folder does not exist; create it or name another file")
     kept = _load(keep, scope) if keep is not None and keep.exists() else None
@@ -51,20 +51,20 @@ def evaluate_one_off(candidate_dir: Path, target: Target, *, baseline_dir: Path,
     calibration = calibrate_noise(baseline_dir, target, work_dir=work_dir, gpu_index=gpu_index)
     say(f"A/A: {_figures(calibration)}" + (f", kept in {keep}" if keep is not None else ""))
     if keep is not None:
-        keep.write_text(scope.model_copy(update={"calibration": calibration}).model_dump_json(indent=2))
+        keep.write_text(KeptCalibration(**scope, calibration=calibration).model_dump_json(indent=2))
     return with_calibration(verdict, calibration, target)
 
 
-def _load(path: Path, scope: KeptCalibration) -> NoiseCalibration:
+def _load(path: Path, scope: dict[str, str | int | None]) -> NoiseCalibration:
     try:
         kept = KeptCalibration.model_validate_json(path.read_text())
     except ValidationError as e:
         raise CalibrationFileError(f"{path} is not a kept A/A calibration ({e.error_count()} errors); delete it to "
                                    "measure a new one") from e
-    for field in ("target", "baseline", "machine", "gpu"):
-        if getattr(kept, field) != getattr(scope, field):
+    for field, wanted in scope.items():
+        if getattr(kept, field) != wanted:
             raise CalibrationFileError(f"{path} was measured for {field} {getattr(kept, field)!r}, this evaluation "
-                                       f"is for {getattr(scope, field)!r}: name another calibration file")
+                                       f"is for {wanted!r}: name another calibration file")
     return kept.calibration
 
 

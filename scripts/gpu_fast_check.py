@@ -82,15 +82,6 @@ RECIPES: dict[str, tuple[tuple[str, dict], ...]] = {
                                ("triton_fp8_moe", {}), ("triton_prefill_moe", {}), ("triton_deltanet", {}),
                                ("cuda_graph_prefill", {"compile_steps": True}), ("graph_topk_sampling", {}),
                                ("triton_moe_fused", {}), ("triton_sampling", {})),
-    "fast_tower_compiled": (("cuda_graph_frame", {}), ("inductor_decode_steps", {}), ("cuda_graph_codec", {}),
-                            ("triton_fp8_moe", {}), ("triton_prefill_moe", {}), ("triton_deltanet", {}),
-                            ("cuda_graph_prefill", {"compile_steps": True}), ("graph_topk_sampling", {}),
-                            ("triton_moe_fused", {}), ("triton_sampling", {}), ("triton_tower", {})),
-    "fast_attention_compiled": (("cuda_graph_frame", {}), ("inductor_decode_steps", {}), ("cuda_graph_codec", {}),
-                                ("triton_fp8_moe", {}), ("triton_prefill_moe", {}), ("triton_deltanet", {}),
-                                ("cuda_graph_prefill", {"compile_steps": True}), ("graph_topk_sampling", {}),
-                                ("triton_moe_fused", {}), ("triton_sampling", {}), ("triton_tower", {}),
-                                ("triton_backbone_attention", {})),
     "fast_all_prefill_compiled": (("cuda_graph_frame", {}), ("cuda_graph_codec", {}), ("triton_fp8_moe", {}),
                                   ("triton_prefill_moe", {}), ("triton_deltanet", {"chunk_rows": 0}),
                                   ("cuda_graph_prefill", {"compile_steps": True}), ("graph_topk_sampling", {})),
@@ -103,6 +94,9 @@ RECIPES: dict[str, tuple[tuple[str, dict], ...]] = {
     "graph_h5moe": (("fp8_dequant_at_build", {}), ("moe_dispatch", {"max_tokens": 64}), ("cuda_graph_frame", {}),
                     ("cuda_graph_codec", {})),
 }
+# the sampling stack, then the fused tower layer, then the backbone attention through the same kernels
+RECIPES["fast_tower_compiled"] = RECIPES["fast_sampling_compiled"] + (("triton_tower", {}),)
+RECIPES["fast_attention_compiled"] = RECIPES["fast_tower_compiled"] + (("triton_backbone_attention", {}),)
 FORCED_PROMPTS, FORCED_FRAMES = ("sentences", "voice"), 16
 
 

@@ -24,6 +24,9 @@ from targets.schema import ToleranceSpec, load_target
 REPO = Path(__file__).resolve().parents[2]
 REFERENCE = REPO / "reference_runtime" / "model"
 _counter = itertools.count()
+# gpu_fast_check's fast_fused_moe stack, then the sampling kernels: the stack the fused-kernel gate tests build on
+SAMPLING_STACK = ["cuda_graph_frame", "cuda_graph_codec", "triton_fp8_moe", "triton_prefill_moe", "triton_deltanet",
+                  "cuda_graph_prefill", "graph_topk_sampling", "triton_moe_fused", "triton_sampling"]
 
 
 def mid_config() -> Drama3Config:

@@ -26,8 +26,9 @@ CASES = [(256, 0), (256, 255), (1024, 700), (4096, 4095)]
 
 @pytest.fixture(scope="module")
 def mixers(load_package):
-    """({"torch", "inductor", "triton", "triton_inductor"}: decode_step modules, the attention layers' weights, geometry, rope, the
-    kernel package's StaticKVCache (with the tickets the kernels need; the torch mixers ignore them))."""
+    """({"torch", "inductor", "triton", "triton_inductor"}: decode_step modules, the attention layers' weights,
+    geometry, rope, the kernel package's StaticKVCache (with the tickets the kernels need; the torch mixers ignore
+    them))."""
     config = mid_config()
     weights = init_weights(config, seed=0, device=DEVICE)
     kernels = [(TRANSFORMS[n], {}) for n in NAMES]

@@ -9,7 +9,7 @@ import importlib
 
 import pytest
 import torch
-from gpu_engines import assert_passes_gate, config_named, graph_ms
+from gpu_engines import SAMPLING_STACK, assert_passes_gate, config_named, graph_ms
 
 from knowledge_base.transforms import TRANSFORMS
 from knowledge_base.transforms.cuda_graph_frame import cuda_graph_frame
@@ -26,9 +26,6 @@ tl = triton.language
 CFG = get_config("drama3")
 WIDTH, HEAD, VALID = 1 + CFG.codebook_size, CFG.tower.head_size, CFG.codec.residual_codebook_size
 SLOTS = 2 + CFG.num_codebooks - 1  # the graph engine's noise slots: main, RAS, one per residual code
-# gpu_fast_check's fast_fused_moe stack, then the sampling kernels
-FAST = ["cuda_graph_frame", "cuda_graph_codec", "triton_fp8_moe", "triton_prefill_moe", "triton_deltanet",
-        "cuda_graph_prefill", "graph_topk_sampling", "triton_moe_fused", "triton_sampling"]
 PARAMS = [SamplingParams(), SamplingParams(temperature=0, ras_temperature=0, code_temperature=0),
           SamplingParams(temperature=0.7, top_k=30, top_p=1.0, code_top_k=0, code_top_p=0.5),
           SamplingParams(temperature=1.2, top_p=0.3, ras_top_k=0, code_top_k=5, code_top_p=0.99)]
@@ -112,7 +109,7 @@ def test_a_frames_draws_take_less_time_than_the_torch_draws(samplers):
 
 
 @pytest.mark.parametrize("config_name", ["drama3-tiny", "drama3-mid"])
-@pytest.mark.parametrize("names", [["cuda_graph_frame", "triton_sampling"], FAST], ids=["minimal", "fast"])
+@pytest.mark.parametrize("names", [["cuda_graph_frame", "triton_sampling"], SAMPLING_STACK], ids=["minimal", "fast"])
 def test_engine_passes_the_teacher_forced_gate(load_package, config_name, names):
     config = config_named(config_name)
     weights = init_weights(config, seed=0, device="cuda")

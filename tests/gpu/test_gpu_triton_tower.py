@@ -11,7 +11,8 @@ from collections.abc import Callable
 import pytest
 import torch
 import torch.nn.functional as F
-from gpu_engines import assert_bf16_close, assert_passes_gate, config_named, graph_ms, kv_caches, mid_config
+from gpu_engines import (SAMPLING_STACK, assert_bf16_close, assert_passes_gate, config_named, graph_ms, kv_caches,
+                         mid_config)
 
 from knowledge_base.transforms import TRANSFORMS
 from knowledge_base.transforms.cuda_graph_frame import cuda_graph_frame
@@ -23,9 +24,7 @@ from reference_runtime.weights import init_weights
 pytestmark = pytest.mark.gpu
 pytest.importorskip("triton")
 DEVICE = torch.device("cuda")
-# gpu_fast_check's fast_fused_moe stack, the sampling kernels, then the tower kernels
-FAST = ["cuda_graph_frame", "cuda_graph_codec", "triton_fp8_moe", "triton_prefill_moe", "triton_deltanet",
-        "cuda_graph_prefill", "graph_topk_sampling", "triton_moe_fused", "triton_sampling", "triton_tower"]
+FAST = SAMPLING_STACK + ["triton_tower"]
 OTHER_TILES = {"block_n": 32, "block_k": 256, "attn_rows": 64, "split_rows": 128, "num_warps": 8}
 # (span bucket, position): the first row, a bucket's last row, mid-bucket, the longest context
 CASES = [(256, 0), (256, 255), (1024, 700), (4096, 4095)]

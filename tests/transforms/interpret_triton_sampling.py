@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 import torch
 from interpret_triton_moe_fused import _proposer_order
-from test_cuda_graphs import REFERENCE, assert_logits_match, load, transformed
+from test_cuda_graphs import REFERENCE, assert_applies_once_on_top_of, assert_logits_match, load, transformed
 
 from candidates.repo import engine_files
-from knowledge_base.transforms import TRANSFORMS, NotApplicable
+from knowledge_base.transforms import TRANSFORMS
 from knowledge_base.transforms.cuda_graph_frame import cuda_graph_frame
 from knowledge_base.transforms.triton_sampling import triton_sampling
 from reference_runtime.api import SamplingParams, TTSRequest
@@ -55,14 +55,7 @@ def packages(tmp_path_factory):
 
 def test_applies_only_on_top_of_cuda_graph_frame():
     assert triton_sampling.requires == ("cuda_graph_frame",) and triton_sampling.devices == frozenset({"cuda"})
-    files = engine_files(REFERENCE)
-    with pytest.raises(NotApplicable):
-        triton_sampling.apply(files, next(triton_sampling.variants()))
-    graph = transformed(files, [cuda_graph_frame])
-    for params in triton_sampling.variants():
-        triton_sampling.apply(graph, params)
-    with pytest.raises(NotApplicable):
-        triton_sampling.apply(transformed(graph, [triton_sampling]), next(triton_sampling.variants()))
+    graph = assert_applies_once_on_top_of(triton_sampling, [cuda_graph_frame])
     with pytest.raises(ValueError, match="power"):
         triton_sampling.apply(graph, next(triton_sampling.variants()) | {"main_warps": 6})
 

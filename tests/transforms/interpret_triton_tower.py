@@ -16,10 +16,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 from interpret_triton_moe_fused import _proposer_order
-from test_cuda_graphs import REFERENCE, assert_logits_match, load, transformed
+from test_cuda_graphs import REFERENCE, assert_applies_once_on_top_of, assert_logits_match, load, transformed
 
 from candidates.repo import engine_files
-from knowledge_base.transforms import TRANSFORMS, NotApplicable
+from knowledge_base.transforms import TRANSFORMS
 from knowledge_base.transforms.cuda_graph_frame import cuda_graph_frame
 from knowledge_base.transforms.triton_tower import triton_tower
 from reference_runtime.api import TTSRequest
@@ -95,14 +95,7 @@ def packages(tmp_path_factory):
 def test_applies_only_on_top_of_cuda_graph_frame_and_once():
     assert triton_tower.requires == ("cuda_graph_frame",) and triton_tower.devices == frozenset({"cuda"})
     assert triton_tower.feature == "codebook_mtp" and triton_tower.lesson
-    files = engine_files(REFERENCE)
-    with pytest.raises(NotApplicable):
-        triton_tower.apply(files, next(triton_tower.variants()))
-    graph = transformed(files, [cuda_graph_frame])
-    for params in triton_tower.variants():
-        triton_tower.apply(graph, params)
-    with pytest.raises(NotApplicable):
-        triton_tower.apply(transformed(graph, [triton_tower]), next(triton_tower.variants()))
+    graph = assert_applies_once_on_top_of(triton_tower, [cuda_graph_frame])
     for bad in ({"block_k": 384}, {"attn_rows": 8}):
         with pytest.raises(ValueError, match="power of two"):
             triton_tower.apply(graph, next(triton_tower.variants()) | bad)

@@ -38,6 +38,20 @@ def transformed(files: dict[str, str], transforms) -> dict[str, str]:
     return files
 
 
+def assert_applies_once_on_top_of(transform, prerequisites) -> dict[str, str]:
+    """`transform` is NotApplicable to the reference package, applies with every variant on top of
+    `prerequisites`, and is NotApplicable a second time; returns the package with the prerequisites."""
+    files = engine_files(REFERENCE)
+    with pytest.raises(NotApplicable):
+        transform.apply(files, next(transform.variants()))
+    base = transformed(files, prerequisites)
+    for params in transform.variants():
+        transform.apply(base, params)
+    with pytest.raises(NotApplicable):
+        transform.apply(transformed(base, [transform]), next(transform.variants()))
+    return base
+
+
 def assert_logits_match(ref, eng, request: TTSRequest, tol: float = 1e-4) -> torch.Tensor:
     """`eng` teacher-forced on the reference's own frames for `request` gives the reference's main and code logits
     (atol = rtol = tol); returns those frames."""
