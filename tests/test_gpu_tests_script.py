@@ -4,6 +4,7 @@ failure's message and a pass's own prints brought back, tests that the budget ca
 module that does not import reported rather than dropped."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -32,9 +33,12 @@ def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
                           timeout=120, check=False)
 
 
+TABLE_LINE = re.compile(r"^(passed|FAILED|TIMEOUT|skipped) +[\d.]+ s of +\d+  \S+::(\w+)$")
+
+
 def _results(stdout: str) -> dict[str, str]:
-    return {line.split()[-1].split("::")[-1]: line.split()[0] for line in stdout.splitlines()
-            if line.startswith(("passed", "FAILED", "TIMEOUT"))}
+    """test name -> result, from the table lines only (a failure's traceback has FAILED lines of its own)."""
+    return {m[2]: m[1] for m in map(TABLE_LINE.match, stdout.splitlines()) if m}
 
 
 def _processes_running(command_part: str) -> list[str]:

@@ -39,7 +39,8 @@ def _interrupt(args: list[str], home: Path, sig: int) -> tuple[int, str]:
         deadline = time.monotonic() + 180
         while not _workers_under(home) and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert _workers_under(home), "no evaluator worker started"
+        assert _workers_under(home), ("no evaluator worker started: " +
+                                      (proc.communicate()[0] if proc.poll() is not None else "swarm still running"))
         time.sleep(1.0)  # let the worker get busy loading its model
         proc.send_signal(sig)
         output, _ = proc.communicate(timeout=60)
