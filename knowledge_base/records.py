@@ -127,3 +127,4 @@ class LessonRecord:
     architecture: str = ""
     id: int = 0  # assigned by the store
     created_at: str = ""
+    verdict: str = ""  # the candidate's verdict status, read from the verdicts table ("" where it has none)

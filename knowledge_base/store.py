@@ -230,11 +230,12 @@ class KnowledgeStore:
 
     def lessons(self, architecture: str | None = None, limit: int = 1000) -> list[LessonRecord]:
         """Most recent last."""
+        select = ("SELECT lessons.*, coalesce(verdicts.status, '') AS verdict FROM lessons "
+                  "LEFT JOIN verdicts ON verdicts.candidate_id = lessons.candidate_id")
         if architecture is None:
-            rows = self._rows("SELECT * FROM lessons ORDER BY id DESC LIMIT ?", limit)
+            rows = self._rows(f"{select} ORDER BY id DESC LIMIT ?", limit)
         else:
-            rows = self._rows("SELECT * FROM lessons WHERE architecture = ? ORDER BY id DESC LIMIT ?",
-                              architecture, limit)
+            rows = self._rows(f"{select} WHERE architecture = ? ORDER BY id DESC LIMIT ?", architecture, limit)
         return [LessonRecord(**dict(r)) for r in reversed(rows)]
 
 

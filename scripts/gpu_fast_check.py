@@ -94,9 +94,10 @@ RECIPES: dict[str, tuple[tuple[str, dict], ...]] = {
     "graph_h5moe": (("fp8_dequant_at_build", {}), ("moe_dispatch", {"max_tokens": 64}), ("cuda_graph_frame", {}),
                     ("cuda_graph_codec", {})),
 }
-# the sampling stack, then the fused tower layer, then the backbone attention through the same kernels
+# the sampling stack, then the fused tower layer, then the backbone attention and DeltaNet layers through kernels
 RECIPES["fast_tower_compiled"] = RECIPES["fast_sampling_compiled"] + (("triton_tower", {}),)
 RECIPES["fast_attention_compiled"] = RECIPES["fast_tower_compiled"] + (("triton_backbone_attention", {}),)
+RECIPES["fast_deltanet_compiled"] = RECIPES["fast_attention_compiled"] + (("triton_backbone_deltanet", {}),)
 FORCED_PROMPTS, FORCED_FRAMES = ("sentences", "voice"), 16
 
 

@@ -73,7 +73,8 @@ def build_context(target: Target, kb: KnowledgeStore, view: RunView, key: Engine
                   parent_files: dict[str, str], iteration: int, slot: int) -> ProposalContext:
     speedup = view.speedup_vs_baseline(parent)
     figures, profile = describe_figures(parent.figures, speedup), parent_profile(view, parent)
-    lessons = [Lesson(feature=x.feature, outcome=x.outcome, summary=x.summary, evidence=x.evidence)
+    lessons = [Lesson(feature=x.feature, outcome=x.outcome, summary=x.summary, evidence=x.evidence,
+                      verdict=x.verdict)
                for x in kb.lessons(architecture=key.architecture, limit=MAX_LESSONS)]
     return ProposalContext(
         target_name=target.name,

@@ -21,6 +21,7 @@ class Lesson(_Model):
     outcome: str  # "worked" | "promising" (correct, faster, under the noise band) | "failed"
     summary: str
     evidence: str = ""
+    verdict: str = ""  # the evaluator's status ("slower", "mismatch", ...); "slower" and "noisy" were correct
 
 
 class ProposalContext(_Model):

@@ -13,6 +13,7 @@ from .inductor_steps import inductor_decode_steps
 from .moe import fp8_dequant_at_build, moe_dispatch
 from .sampling import graph_topk_sampling, topk_first_sampling
 from .triton_backbone_attention import triton_backbone_attention
+from .triton_backbone_deltanet import triton_backbone_deltanet
 from .triton_deltanet import triton_deltanet
 from .triton_fp8_moe import triton_fp8_moe
 from .triton_moe_fused import triton_moe_fused
@@ -24,7 +25,8 @@ ALL: tuple[Transform, ...] = (fp8_dequant_at_build, moe_dispatch, rope_tables, g
                               deltanet_conv_unfold, topk_first_sampling, cuda_graph_backbone, compile_tower,
                               cuda_graph_frame, cuda_graph_codec, triton_deltanet, triton_fp8_moe, triton_prefill_moe,
                               cuda_graph_prefill, graph_topk_sampling, inductor_decode_steps, triton_moe_fused,
-                              triton_sampling, triton_tower, triton_backbone_attention)
+                              triton_sampling, triton_tower, triton_backbone_attention,
+                              triton_backbone_deltanet)
 TRANSFORMS: dict[str, Transform] = {t.name: t for t in ALL}
 
 __all__ = ["ALL", "TRANSFORMS", "NotApplicable", "Params", "Patch", "Transform"]

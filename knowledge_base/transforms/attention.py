@@ -54,6 +54,7 @@ rope_tables = Transform(
             "on every attention call",
     feature="gated_attention",
     devices=frozenset({"cpu", "cuda"}),
+    proven=frozenset({"cpu"}),
     apply=_rope_tables,
     space={"table_rows": (16384,)},
     lesson="Bit-exact; saves the angle arithmetic of every q/k rotation (backbone, tower and codec).",
@@ -100,6 +101,7 @@ gqa_sdpa = Transform(
             "the whole cache, and skip the mask when one new row attends to the full cache",
     feature="gated_attention",
     devices=frozenset({"cpu", "cuda"}),
+    proven=frozenset({"cpu"}),
     apply=_gqa_sdpa,
     lesson="Needs torch >= 2.5 (enable_gqa). The repeat_interleave copies grow with the context, so the gain "
            "grows with sequence length; on drama3-tiny CPU a decode attention call gets several times cheaper.",

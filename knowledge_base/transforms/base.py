@@ -45,10 +45,14 @@ class Transform:
     # the GPU's sampling and codec transforms. A measurement (docs/benchmarks.md, docs/measurements/) where one
     # exists, else an estimate saying why.
     impact: Mapping[str, float] = field(default_factory=dict)
+    # Device types where an engine with this transform passed the correctness gate and was timed (docs/
+    # benchmarks.md): the offline proposer's leaps stack only these, so one leap is a fair bet, not a lottery.
+    proven: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
-        if not set(self.impact) <= self.devices:  # a prior for a device it never runs on is a typo
-            raise ValueError(f"{self.name}: a prior for {sorted(set(self.impact) - self.devices)}, not in its devices")
+        for what, devices in (("a prior", set(self.impact)), ("a proof", self.proven)):
+            if not devices <= self.devices:  # for a device it never runs on: a typo
+                raise ValueError(f"{self.name}: {what} for {sorted(devices - self.devices)}, not in its devices")
 
     def prior(self, device: str) -> float:
         """The prior speedup on a device type ("cpu", "cuda"); 1.0 where none is given."""

@@ -81,6 +81,7 @@ static_caches = Transform(
             "reset in place by prefill, instead of allocating and regrowing them per request",
     feature="gated_attention",
     devices=frozenset({"cpu", "cuda"}),
+    proven=frozenset({"cpu"}),
     apply=_static_caches,
     space={"rows": ("max_context", 1024)},
     lesson="Small on its own (allocation and regrowth copies per request); static buffers are what CUDA graphs "

@@ -39,6 +39,7 @@ cuda_graph_codec = Transform(
             "kernel launches, cutting time to first audio and per-chunk latency",
     feature="codec",
     devices=frozenset({"cuda"}),
+    proven=frozenset({"cuda"}),
     apply=_apply,
     space={"ladder": ("pow2_3", "pow2"), "max_graph_frames": (256, 1024)},
     lesson="The codec of a short window is launch-bound (hundreds of small kernels), so a graph replay cuts "

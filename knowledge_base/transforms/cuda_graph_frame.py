@@ -49,6 +49,7 @@ cuda_graph_frame = Transform(
             "preallocated KV/DeltaNet state with on-device MoE routing and sampling; sync once per chunk",
     feature="decode_graph",
     devices=frozenset({"cuda"}),
+    proven=frozenset({"cuda"}),
     apply=_apply,
     space={"fuse_projections": (True, False), "min_span": (256, 1024), "eos_check_every": (16, 4),
            "prewarm_rows": (1024, 0)},

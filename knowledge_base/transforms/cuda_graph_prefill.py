@@ -128,6 +128,7 @@ cuda_graph_prefill = Transform(
             "recurrence stops there and causal masking keeps the real rows exact; optionally inductor-fused first",
     feature="prefill",
     devices=frozenset({"cuda"}),
+    proven=frozenset({"cuda"}),
     apply=_apply,
     space={"compile_steps": (True, False), "min_rows": (64, 32, 128), "prewarm_rows": (512, 2048, 0)},
     requires=("cuda_graph_frame", "triton_prefill_moe", "triton_deltanet"),

@@ -28,6 +28,7 @@ deltanet_conv_unfold = Transform(
             "grouped conv1d call per layer and step",
     feature="gated_deltanet",
     devices=frozenset({"cpu", "cuda"}),
+    proven=frozenset({"cpu"}),
     apply=_conv_unfold,
     lesson="A decode step convolves 4 rows per channel: on drama3-tiny CPU the conv gets ~10x cheaper; the "
            "fp32 accumulation keeps bf16 results within a rounding of conv1d's.",

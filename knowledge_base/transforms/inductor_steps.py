@@ -21,6 +21,7 @@ inductor_decode_steps = Transform(
             "before CUDA graph capture: fewer, fused kernels per frame",
     feature="decode_graph",
     devices=frozenset({"cuda"}),
+    proven=frozenset({"cuda"}),
     apply=_apply,
     requires=("cuda_graph_frame",),
     lesson="Inside a CUDA graph the frame is still bound by its kernel count (thousands of small kernels, a few "

@@ -36,6 +36,7 @@ fp8_dequant_at_build = Transform(
     summary="dequantise the block-FP8 routed experts once in build_engine instead of on every MoE call",
     feature="fp8_moe",
     devices=frozenset({"cpu", "cuda"}),
+    proven=frozenset({"cpu"}),
     apply=_dequant_at_build,
     lesson="Exact (same tiles times the same scales). On drama3-tiny CPU the MoE call gets ~10x cheaper; on the "
            "full model it costs the bf16 copy of every expert (about 64 GB), which an H200 holds but a smaller "
@@ -113,6 +114,7 @@ moe_dispatch = Transform(
             "instead of a Python loop over the active experts with a host sync",
     feature="fp8_moe",
     devices=frozenset({"cpu", "cuda"}),
+    proven=frozenset({"cpu"}),
     apply=_dispatch,
     space={"strategy": ("gather", "dense"), "max_tokens": (1, 64)},
     requires=("fp8_dequant_at_build",),

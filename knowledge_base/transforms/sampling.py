@@ -56,6 +56,7 @@ topk_first_sampling = Transform(
             "over the whole vocabulary, with the same noise stream so seeded outputs do not change",
     feature="sampling",
     devices=frozenset({"cpu", "cuda"}),
+    proven=frozenset({"cpu"}),
     apply=_topk_first,
     lesson="Seeded draws are unchanged. Pays on full-size heads (4096 logits, ten top-k draws per frame); "
            "negligible on drama3-tiny's 64-wide heads.",
@@ -108,6 +109,7 @@ graph_topk_sampling = Transform(
             "logits: a top-k and a k-wide softmax instead of a sort, cumsum and scatter over the whole head",
     feature="sampling",
     devices=frozenset({"cuda"}),
+    proven=frozenset({"cuda"}),
     apply=_graph_topk_first,
     requires=("cuda_graph_frame",),
     lesson="Draws are unchanged (same noise per index). Ten of the frame's eleven draws are top-k limited; the "

@@ -5,10 +5,9 @@ replaces ~30 torch ops per layer, among them an fp32 copy of the layer's whole c
 """
 from __future__ import annotations
 
+from .backbone_kernels import STEP, SWITCH, triton_switch
 from .base import Files, NotApplicable, Params, Patch, Transform, replace_once
 
-STEP = "decode_step.py"
-_IMPORTS = "from __future__ import annotations\n\nfrom collections.abc import Callable\n"
 _ADD = "    x = x + moe_out\n"
 _CALL = "    x = x + attention_decode(norm(x, lw.input_gain, geo.eps), lw.mixer, geo, cache, pos, future, rope)\n"
 _MIXER = "def _attention_mixer("
@@ -18,12 +17,8 @@ def _apply(files: Files, params: Params) -> list[Patch]:
     if "triton_tower.py" not in files:  # its kernels are imported from there
         raise NotApplicable("triton_backbone_attention: apply triton_tower first")
     return [
-        replace_once(files, STEP, _IMPORTS, _IMPORTS.replace("from collections", "import os\nfrom collections")),
+        *triton_switch(files),
         replace_once(files, STEP, _MIXER, '''\
-# Triton is imported only where it can run: on CUDA, or on CPU under the Triton interpreter (the tests)
-_TRITON_ON_CPU = os.environ.get("TRITON_INTERPRET") == "1"
-
-
 # dynamo must not trace the launch wrappers (buffer allocation, atomic tickets): with COMPILE_STEPS the mixer
 # breaks in two compiled pieces around this call (the add before, the post-attention norm after)
 @torch.compiler.disable
@@ -39,7 +34,7 @@ def _attention_kernels(x: torch.Tensor, lw: LayerWeights, geo: AttentionGeometry
 
 ''' + _MIXER),
         replace_once(files, STEP, _ADD + _CALL, _ADD + '''\
-    if x.is_cuda or _TRITON_ON_CPU:
+    if x.is_cuda or ''' + SWITCH + ''':
         x = _attention_kernels(x, lw, geo, cache, pos, future.shape[0], rope)
     else:
 ''' + "    " + _CALL),
@@ -57,6 +52,7 @@ triton_backbone_attention = Transform(
             "o_proj + residual; no fp32 copy of the cached K/V span",
     feature="gated_attention",
     devices=frozenset({"cuda"}),
+    proven=frozenset({"cuda"}),
     apply=_apply,
     requires=("cuda_graph_frame", "triton_tower"),
     lesson="Not yet run on a GPU: it matches attention_decode under the Triton interpreter (both RoPE pairings) "

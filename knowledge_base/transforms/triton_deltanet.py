@@ -68,6 +68,7 @@ triton_deltanet = Transform(
             "in registers across all tokens) in the eager prefill and, with cuda_graph_frame, the decode step",
     feature="gated_deltanet",
     devices=frozenset({"cuda"}),
+    proven=frozenset({"cuda"}),
     apply=_apply,
     # fastest first on H200 at full dims; the chunked form (chunk_rows > 0) is not measured yet, so it comes after
     space={"block_v": (16, 32, 64), "num_warps": (2, 4, 8), "chunk_rows": (0, 64, 32)},

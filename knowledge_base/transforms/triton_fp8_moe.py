@@ -46,6 +46,7 @@ triton_fp8_moe = Transform(
             "128x128-block FP8 weights in place (gate|up + SiLU, then down + weighted sum)",
     feature="fp8_moe",
     devices=frozenset({"cuda"}),
+    proven=frozenset({"cuda"}),
     apply=_apply,
     space={"block_n": (16, 8, 32), "num_warps": (4, 2, 8), "down_slots": (8, 1, 2)},
     requires=("cuda_graph_frame",),

@@ -50,6 +50,7 @@ triton_moe_fused = Transform(
             "then one down kernel summing the k routed experts and the gated shared expert per output tile",
     feature="fp8_moe",
     devices=frozenset({"cuda"}),
+    proven=frozenset({"cuda"}),
     apply=_apply,
     space={"block_n": (4, 8, 2), "block_k": (1024, 2048, 512), "down_block_n": (4, 8, 2), "down_block_k": (128, 64),
            "num_warps": (4, 8), "down_warps": (8, 4)},

@@ -61,6 +61,7 @@ triton_prefill_moe = Transform(
             "per block of tokens, no per-expert dequantisation and no host sync",
     feature="fp8_moe",
     devices=frozenset({"cuda"}),
+    proven=frozenset({"cuda"}),
     apply=_apply,
     space={"block_m": (16, 32, 64), "block_n": (64, 128, 32), "num_warps": (4, 8)},
     lesson="The eager MoE loops over up to 256 active experts per layer with a per-call FP8 dequantisation and a "

@@ -68,6 +68,7 @@ triton_sampling = Transform(
             "softmax and the exponential race on noise hashed in the kernel (no noise table)",
     feature="sampling",
     devices=frozenset({"cuda"}),
+    proven=frozenset({"cuda"}),
     apply=_apply,
     space={"main_warps": (16, 8, 32), "code_warps": (4, 8, 2)},
     requires=("cuda_graph_frame",),

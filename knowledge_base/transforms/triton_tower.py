@@ -58,6 +58,7 @@ triton_tower = Transform(
             "the sigmoid gate, and o_proj/down GEMVs with the residual (and final_norm) in the epilogue",
     feature="codebook_mtp",
     devices=frozenset({"cuda"}),
+    proven=frozenset({"cuda"}),
     apply=_apply,
     space={"block_n": (16, 32, 8), "block_k": (512, 256, 1024), "attn_rows": (32, 64, 16),
            "split_rows": (64, 128, 32), "num_warps": (4, 8)},

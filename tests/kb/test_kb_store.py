@@ -67,7 +67,7 @@ def test_records_round_trip_and_run_ids_are_sequential(tmp_path):
     assert again.candidate(c.id).state is CandidateState.DONE
     assert replace(again.kept_engine(c.id), created_at="") == kept
     assert again.verdict(c.id).figures == Figures(100.0, 10.0, 0.1, 1.2)
-    assert [lesson.feature for lesson in again.lessons(architecture=KEY.architecture)] == ["fp8_moe"]
+    assert [(x.feature, x.verdict) for x in again.lessons(architecture=KEY.architecture)] == [("fp8_moe", "pass")]
     assert again.lessons(architecture="other") == []
 
 

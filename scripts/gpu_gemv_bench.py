@@ -1,0 +1,174 @@
+"""Tiles of triton_tower's GEMV kernels at the graphed frame's shapes, against cuBLAS, on the GPU:
+
+    python3 scripts/gpu_gemv_bench.py [--out gemv.json] [--budget-s 240]
+
+The frame's dense layers are one-row GEMVs (tower and backbone-attention q|k|v, tower gate|up, o_proj, down, the
+DeltaNet in_proj and out_proj), so their tiles decide most of its time once launches are few. Each (shape,
+kernel, tiles) is captured as a CUDA graph of launches on distinct weight copies (more bytes than L2 holds, as
+in the frame, where every layer's weights are read once) and replayed; the table gives us per launch and the
+achieved GB/s, fastest first, next to cuBLAS (F.linear) and a variant that keeps a 2-D accumulator and reduces
+once at the end instead of once per K chunk. Nothing here decides anything: it says which tiles to give the
+transforms' defaults. Needs CUDA.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+from triton.compiler.errors import CompilationError
+from triton.runtime.errors import OutOfResources
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from scripts.gpu_fast_check import import_package, recipe_files
+
+DEVICE = torch.device("cuda")
+L2_BYTES = 200 << 20  # the weight copies of one graph: several times the H200's 50 MB L2
+TILES = [(bn, bk, warps) for bn in (4, 8, 16, 32) for bk in (256, 512, 1024) for warps in (4, 8)]
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    name: str
+    kind: str  # "norm" (norm_gemv), "swiglu" (norm_gemv of gate and up), "residual" (residual_gemv)
+    rows: int
+    cols: int
+    per_frame: int  # launches of this shape in one full-size frame
+
+
+# most launches per frame first (o_proj's shape is also the DeltaNet out_proj's, 30 more with those kernels)
+SHAPES = [Shape("o_proj", "residual", 2048, 4096, 23), Shape("deltanet in_proj", "norm", 12352, 2048, 30),
+          Shape("attention q|k|v", "norm", 9216, 2048, 23), Shape("tower gate|up", "swiglu", 6144, 2048, 13),
+          Shape("tower down", "residual", 2048, 6144, 13)]
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    shape: str
+    kernel: str
+    block_n: int
+    block_k: int
+    num_warps: int
+    us: float
+    gb_per_s: float
+
+
+@triton.jit
+def _gemv_2d_kernel(a_ptr, w_ptr, res_ptr, y_ptr, K: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    """residual_gemv's math with a (BN, BK) accumulator summed once."""
+    rows = tl.program_id(0) * BN + tl.arange(0, BN)
+    acc = tl.zeros((BN, BK), tl.float32)
+    for c in tl.static_range(K // BK):
+        cols = c * BK + tl.arange(0, BK)
+        w = tl.load(w_ptr + rows[:, None] * K + cols[None, :]).to(tl.float32)
+        acc += w * tl.load(a_ptr + cols).to(tl.float32)[None, :]
+    dt = y_ptr.dtype.element_ty
+    y = tl.load(res_ptr + rows).to(tl.float32) + tl.sum(acc, axis=1).to(dt).to(tl.float32)
+    tl.store(y_ptr + rows, y.to(dt))
+
+
+def _graph_us(launches: list[Callable[[], None]], replays: int = 20) -> float:
+    """Mean us per launch of `launches` captured in one CUDA graph."""
+    for launch in launches:  # compiles before capture
+        launch()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for launch in launches:
+            launch()
+    graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(replays):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1000 / (replays * len(launches))
+
+
+def _launches(kernels, shape: Shape, tiles: tuple[int, int, int] | None, kernel: str) -> list[Callable[[], None]]:
+    """One launch per weight copy of `shape` through `kernel` ("triton", "2d", "cublas") with `tiles`."""
+    dev, dt = DEVICE, torch.bfloat16
+    mats = 2 if shape.kind == "swiglu" else 1
+    copies = max(4, -(-L2_BYTES // (mats * shape.rows * shape.cols * 2)))
+    weights = [[torch.randn(shape.rows, shape.cols, device=dev, dtype=dt) * shape.cols ** -0.5 for _ in range(mats)]
+               for _ in range(copies)]
+    x = torch.randn(1, shape.cols, device=dev, dtype=dt)
+    gain = torch.ones(shape.cols, device=dev)
+    res = torch.randn(1, shape.rows, device=dev, dtype=dt)
+    out = torch.empty(shape.rows, device=dev, dtype=dt)
+    ticket = torch.zeros(1, dtype=torch.int32, device=dev)
+    if kernel == "cublas":  # the GEMVs only (and SiLU * up): the weight reads are what counts
+        return [lambda w=w: F.silu(F.linear(x, w[0])) * F.linear(x, w[-1]) if mats == 2 else F.linear(x, w[0])
+                for w in weights]
+    bn, bk, warps = tiles
+    if kernel == "2d":
+        return [lambda w=w: _gemv_2d_kernel[(shape.rows // bn,)](x, w[0], res, out, shape.cols, bn, bk,
+                                                                 num_warps=warps) for w in weights]
+    if shape.kind == "residual":
+        return [lambda w=w: kernels._residual_gemv_kernel[(shape.rows // bn,)](
+            x, w[0], res, out, gain, out, ticket, 1e-6, shape.cols, shape.rows, False, bn, bk, bk, num_warps=warps)
+            for w in weights]
+    swiglu = shape.kind == "swiglu"
+    return [lambda w=w: kernels._norm_gemv_kernel[(shape.rows // bn,)](
+        x, gain, w[0], w[-1], w[0], out, 1e-6, shape.cols, shape.rows, 0 if swiglu else shape.rows, swiglu, bn, bk,
+        num_warps=warps) for w in weights]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, help="JSON results path")
+    parser.add_argument("--budget-s", type=float, default=240.0, help="start no new shape after this many seconds")
+    args = parser.parse_args()
+    started = time.monotonic()
+    root = Path(tempfile.mkdtemp(prefix="gemv_bench_"))
+    sys.path.insert(0, str(root))
+    engine = import_package(recipe_files((("cuda_graph_frame", {}), ("triton_tower", {}))), root, "gemv_bench_engine")
+    kernels = importlib.import_module(f"{engine.__name__}.triton_tower")
+    print(f"{torch.cuda.get_device_name()}; torch {torch.__version__}, triton {triton.__version__}", flush=True)
+    rows: list[Row] = []
+    for shape in SHAPES:
+        if time.monotonic() - started > args.budget_s:
+            print(f"budget spent: {shape.name} and later shapes not run")
+            break
+        mats = 2 if shape.kind == "swiglu" else 1
+        nbytes = mats * shape.rows * shape.cols * 2
+        found = []
+        candidates = [("cublas", None)] + [(k, t) for t in TILES for k in ("triton", "2d")
+                                           if t[1] <= shape.cols and (k == "triton" or shape.kind == "residual")]
+        for kernel, tiles in candidates:
+            try:
+                us = _graph_us(_launches(kernels, shape, tiles, kernel))
+            except (CompilationError, OutOfResources) as exc:  # a tile the compiler refuses (registers, shared memory): reported, skipped
+                print(f"  {shape.name} {kernel} {tiles}: {type(exc).__name__}: {str(exc)[:120]}")
+                continue
+            bn, bk, warps = tiles or (0, 0, 0)
+            found.append(Row(shape.name, kernel, bn, bk, warps, round(us, 2), round(nbytes / us / 1e3, 1)))
+        found.sort(key=lambda r: r.us)
+        rows += found
+        default = next((r for r in found if (r.kernel, r.block_n, r.block_k, r.num_warps) == ("triton", 16, 512, 4)),
+                       None)
+        print(f"\n{shape.name}: ({shape.rows} x {shape.cols}) bf16, {shape.per_frame} per frame; default tiles "
+              f"{default.us if default else '-'} us")
+        print(f"  {'kernel':8} {'BN':>4} {'BK':>5} {'warps':>5} {'us':>8} {'GB/s':>8}")
+        shown = found[:6] + [r for r in found[6:] if r.kernel == "cublas" or r is default]
+        for r in shown:
+            print(f"  {r.kernel:8} {r.block_n:4d} {r.block_k:5d} {r.num_warps:5d} {r.us:8.2f} {r.gb_per_s:8.1f}")
+        if args.out:
+            args.out.write_text(json.dumps([asdict(r) for r in rows], indent=1))
+
+
+if __name__ == "__main__":
+    main()
