@@ -60,8 +60,9 @@ CODE_WARPS = {warps["code_warps"]}  # a code draw: the residual codebook's valid
 
 triton_sampling = Transform(
     name="triton_sampling",
-    # an estimate from the H200 stage timings: sampling is 0.7-1.1 ms of a 7.8-11.8 ms frame (1.10 of 11.83 ms in
-    # the kept engine, session 5); ~150 kernels become 10, saving perhaps 0.6-0.9 ms, of which 12-frame trials see ~3/4
+    # an estimate from the H200 stage timings: sampling took 1.10 of the kept engine's 11.83 ms frame (session 5)
+    # and 0.16 ms in the fast stack with these kernels (session 7, another run); ~0.9 ms, of which 12-frame
+    # trials see ~3/4
     impact={"cuda": 1.06},
     summary="draw the graphed frame's main token (both RAS races and the repeat check) and each residual code "
             "with one Triton kernel: temperature, top-k and top-p by bisection over float bit patterns (no sort), "

@@ -4,8 +4,8 @@ as three Triton kernels instead of ~40 torch kernels, because the captured frame
 (2) the step: per (value head, BV-wide slice of the value dim): the causal conv over the window (state rows, then
     the new row) with SiLU for the head's q, k and v channels, q/k L2 norms, beta and the decay g, and the delta
     rule on the (dk, BV) fp32 state tile, writing the head's output slice;
-(3) out: every program recomputes the gated RMSNorm of each head's output (a head is one chunk of the GEMV's
-    input, so its RMS comes from the values the chunk loads anyway), then its rows of out_proj plus the
+(3) out: every program recomputes the gated RMSNorm of each head's output (the GEMV's input chunks are whole
+    heads, so a head's RMS comes from the values its chunk loads anyway), then its rows of out_proj plus the
     residual. Its programs also advance the conv window: programs of (2) that share a key head read the same q/k
     conv rows, so no program of (2) may shift them, and (3) starts only after all of (2) has read them.
 Sums in fp32; values are rounded to the activation dtype wherever the torch step rounds them.
@@ -21,8 +21,8 @@ from reference_runtime.config import BackboneConfig
 from .decode_weights import LayerWeights
 from .kv_cache import DeltaNetState
 from .triton_deltanet_step_params import BLOCK_V, NUM_WARPS
-from .triton_tower import _block, _check, _rows_dot, norm_gemv
-from .triton_tower_params import BLOCK_N
+from .triton_tower import _block, _check, norm_gemv
+from .triton_tower_params import BLOCK_K, BLOCK_N
 from .triton_tower_params import NUM_WARPS as GEMV_WARPS
 
 
@@ -72,9 +72,10 @@ def _step_kernel(proj_ptr, conv_ptr, conv_w_ptr, neg_a_ptr, dt_bias_ptr, state_p
 
 @triton.jit
 def _out_kernel(o_ptr, z_ptr, gamma_ptr, w_ptr, res_ptr, y_ptr, conv_ptr, new_ptr, eps, NV: tl.constexpr,
-                DV: tl.constexpr, C: tl.constexpr, KS: tl.constexpr, CB: tl.constexpr, BN: tl.constexpr):
-    """y = res + out_proj @ (RMSNorm(o) * gamma * silu(z) per head); this program's CB channels of the conv
-    window shifted by one row, the new row last."""
+                DV: tl.constexpr, C: tl.constexpr, KS: tl.constexpr, CB: tl.constexpr, BN: tl.constexpr,
+                HB: tl.constexpr):
+    """y = res + out_proj @ (RMSNorm(o) * gamma * silu(z) per head), HB heads per unrolled chunk; this program's
+    CB channels of the conv window shifted by one row, the new row last."""
     program = tl.program_id(0)
     ch = program * CB + tl.arange(0, CB)
     live = ch < C
@@ -86,12 +87,14 @@ def _out_kernel(o_ptr, z_ptr, gamma_ptr, w_ptr, res_ptr, y_ptr, conv_ptr, new_pt
     rows = program * BN + tl.arange(0, BN)
     gamma = tl.load(gamma_ptr + tl.arange(0, DV)).to(tl.float32)
     acc = tl.zeros((BN,), tl.float32)
-    for h in range(NV):
-        cols = h * DV + tl.arange(0, DV)
+    for c in tl.static_range(NV // HB):  # unrolled: the chunks' weight loads are independent
+        cols = (c * HB + tl.arange(0, HB))[:, None] * DV + tl.arange(0, DV)[None, :]  # (HB heads, DV)
         o = tl.load(o_ptr + cols).to(tl.float32)
         z = tl.load(z_ptr + cols).to(tl.float32)
-        normed = o * tl.rsqrt(tl.sum(o * o, axis=0) / DV + eps) * gamma
-        acc += _rows_dot(w_ptr, rows, cols, (normed * (z / (1.0 + tl.exp(-z)))).to(dt).to(tl.float32), NV * DV)
+        normed = o * tl.rsqrt(tl.sum(o * o, axis=1) / DV + eps)[:, None] * gamma[None, :]
+        a = (normed * (z / (1.0 + tl.exp(-z)))).to(dt).to(tl.float32)
+        w = tl.load(w_ptr + rows[:, None, None] * (NV * DV) + cols[None, :, :]).to(tl.float32)  # (BN, HB, DV)
+        acc += tl.sum(tl.sum(w * a[None, :, :], axis=2), axis=1)
     tl.store(y_ptr + rows, (tl.load(res_ptr + rows).to(tl.float32) + acc.to(dt).to(tl.float32)).to(dt))
 
 
@@ -117,5 +120,5 @@ def deltanet_step(x: torch.Tensor, lw: LayerWeights, cfg: BackboneConfig, state:
     y = torch.empty_like(x)
     _out_kernel[(programs,)](o, proj[channels:], w.norm, w.out_proj, x, y, state.conv, proj, cfg.rms_norm_eps,
                              nv, dv, channels, kernel, triton.next_power_of_2(triton.cdiv(channels, programs)), bn,
-                             num_warps=GEMV_WARPS)
+                             _block(nv, max(1, BLOCK_K // dv)), num_warps=GEMV_WARPS)
     return y
