@@ -31,9 +31,12 @@ from .verdict import EvaluatorError, Evidence, Rejected, Status, Verdict
 
 def evaluate(candidate_dir: Path, target: Target, *, baseline_dir: Path, work_dir: Path,
              secret_seed: int | None = None, calibration: NoiseCalibration | None = None,
-             gpu_index: int | None = None) -> Verdict:
+             gpu_index: int | None = None, correctness_only: bool = False) -> Verdict:
+    """The cascade on `candidate_dir`: static scan, build, correctness against the reference, then the benchmark
+    against `baseline_dir`; with `correctness_only`, no benchmark (Status.CORRECT when it passes): re-verifying an
+    engine that was timed already then costs no timing of a slow baseline."""
     return _Evaluation(Path(candidate_dir), target, Path(baseline_dir), Path(work_dir), secret_seed, calibration,
-                       gpu_index).run()
+                       gpu_index, correctness_only).run()
 
 
 def calibrate_noise(baseline_dir: Path, target: Target, *, work_dir: Path, gpu_index: int | None = None,
@@ -69,8 +72,10 @@ def with_calibration(verdict: Verdict, calibration: NoiseCalibration, target: Ta
 
 class _Evaluation:
     def __init__(self, candidate_dir: Path, target: Target, baseline_dir: Path, work_dir: Path,
-                 secret_seed: int | None, calibration: NoiseCalibration | None, gpu_index: int | None):
+                 secret_seed: int | None, calibration: NoiseCalibration | None, gpu_index: int | None,
+                 correctness_only: bool):
         self.candidate_dir, self.target, self.baseline_dir = candidate_dir, target, baseline_dir
+        self.correctness_only = correctness_only
         self.rng = random.Random(secrets.randbits(63) if secret_seed is None else secret_seed)
         self.calibration = calibration
         self.pool = Pool(target, _fresh_dir(work_dir, "eval"), gpu_index)
@@ -129,6 +134,8 @@ class _Evaluation:
             report = Cascade(self.pool, oracle, candidate, t, self.rng).run(deadline)
         self.verdict_fields["free_running_agreement_frames"] = report.free_running
         self.evidence.append(report.summary(t.tolerances.logit_atol))
+        if self.correctness_only:
+            return Status.CORRECT, f"correct (not timed): {self.evidence[-1].message}"
         baseline = oracle
         if self.baseline_dir.resolve() != REFERENCE_DIR:
             with self.stage("baseline_build", t.timeouts.build_s) as deadline:

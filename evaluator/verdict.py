@@ -18,10 +18,11 @@ class Status(str, Enum):
     CHEAT_SUSPECTED = "cheat_suspected"  # tampering, caching, lazy/aliased outputs, implausible timing, ...
     SLOWER = "slower"  # correct, but not faster beyond noise
     NOISY = "noisy"  # correct, but the timing spread is too large to decide
+    CORRECT = "correct"  # correct; speed not measured (asked for correctness only: a kept engine's re-verification)
 
     @property
     def is_correct(self) -> bool:
-        return self in (Status.PASS, Status.SLOWER, Status.NOISY)
+        return self in (Status.PASS, Status.SLOWER, Status.NOISY, Status.CORRECT)
 
 
 class _Model(BaseModel):

@@ -68,8 +68,10 @@ def resolve_baseline(kb: KnowledgeStore, repo: EngineRepo, executor: Executor, *
     if kept is None:
         return ResolvedBaseline(REFERENCE_ID, reference_commit)
     engine_dir = repo.materialise(kept.git_commit, work_dir / "engine")
+    # correctness only: the engine was timed when it was kept, and timing it again against the eager reference
+    # took ~7 minutes of an H200 lease at full size (session 7) to learn nothing the run uses
     job = EvalJob(candidate_id=kept.id, candidate_dir=engine_dir, baseline_dir=reference_dir,
-                  work_dir=work_dir / "eval", secret_seed=secret_seed)
+                  work_dir=work_dir / "eval", secret_seed=secret_seed, correctness_only=True)
     verdict = next(iter(executor.evaluate_all([job]))).verdict
     if verdict.status.is_correct:
         log.info("kept engine %s re-verified on %s, %s", kept.id, key.hardware, key.software)

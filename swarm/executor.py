@@ -29,6 +29,7 @@ class EvalJob:
     work_dir: Path
     secret_seed: int
     calibration: Any = None  # the run's evaluator.NoiseCalibration
+    correctness_only: bool = False  # no benchmark: a kept engine's re-verification
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +86,7 @@ class LocalExecutor:
                 return None
             return self._evaluate(job.candidate_dir, self.target, baseline_dir=job.baseline_dir,
                                   work_dir=job.work_dir, secret_seed=job.secret_seed, calibration=job.calibration,
-                                  gpu_index=gpu)
+                                  gpu_index=gpu, correctness_only=job.correctness_only)
 
         verdict, seconds = self._on_slot(run_on)
         return None if verdict is None else EvalResult(job=job, verdict=verdict, seconds=seconds)

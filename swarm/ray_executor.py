@@ -21,13 +21,14 @@ _REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def _evaluate_task(evaluate: EvaluateFn, target: Target, candidate: dict[str, str], baseline: dict[str, str],
-                   secret_seed: int, calibration: Any) -> tuple[Any, float]:
+                   secret_seed: int, calibration: Any, correctness_only: bool) -> tuple[Any, float]:
     with tempfile.TemporaryDirectory(prefix="swarm-ray-") as tmp:
         write_files(candidate, Path(tmp, "candidate"))
         write_files(baseline, Path(tmp, "baseline"))
         start = time.monotonic()
         verdict = evaluate(Path(tmp, "candidate"), target, baseline_dir=Path(tmp, "baseline"),
-                           work_dir=Path(tmp, "work"), secret_seed=secret_seed, calibration=calibration)
+                           work_dir=Path(tmp, "work"), secret_seed=secret_seed, calibration=calibration,
+                           correctness_only=correctness_only)
         return verdict, time.monotonic() - start
 
 
@@ -73,7 +74,8 @@ class RayExecutor:
         refs = {}
         for job in jobs:
             ref = self._eval_remote.remote(self._evaluate, self._task_target, engine_files(job.candidate_dir),
-                                           engine_files(job.baseline_dir), job.secret_seed, job.calibration)
+                                           engine_files(job.baseline_dir), job.secret_seed, job.calibration,
+                                           job.correctness_only)
             refs[ref] = job
         pending = list(refs)
         try:

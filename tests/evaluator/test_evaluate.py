@@ -1,5 +1,6 @@
 """End to end on drama3-tiny: the reference against itself is correct and never a false win; slightly wrong
-candidates are mismatches located to the frame and codebook; an A/A calibration raises the threshold."""
+candidates are mismatches located to the frame and codebook; correctness alone skips the benchmark; an A/A
+calibration raises the threshold."""
 from __future__ import annotations
 
 import pytest
@@ -45,6 +46,17 @@ def test_slightly_wrong_candidate_is_a_located_mismatch(case, tiny_target, tmp_p
     assert worst.codebook == codebook if codebook is not None else worst.codebook is not None
     assert worst.value > worst.limit
     assert verdict.comparison is None
+
+
+def test_correctness_only_stops_before_the_benchmark(tiny_target, tmp_path):
+    v = evaluate(REFERENCE_DIR, tiny_target, baseline_dir=REFERENCE_DIR, work_dir=tmp_path / "ok", secret_seed=5,
+                 correctness_only=True)
+    assert v.status == Status.CORRECT and v.status.is_correct, v.summary
+    assert "correctness" in v.stage_seconds and "benchmark" not in v.stage_seconds and v.comparison is None
+    edits, _ = WRONG["backbone_norm_eps"]
+    wrong = evaluate(make_candidate(tmp_path, edits), tiny_target, baseline_dir=REFERENCE_DIR,
+                     work_dir=tmp_path / "wrong", secret_seed=5, correctness_only=True)
+    assert wrong.status == Status.MISMATCH
 
 
 def test_calibration_measures_the_baseline_against_itself(tiny_target, tmp_path):

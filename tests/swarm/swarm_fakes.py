@@ -75,7 +75,8 @@ class FakeAgent:
 
 class FakeEvaluator:
     """`evaluator.evaluate`'s signature. MISMATCH when the engine's note says "broken" or names a tag in
-    `mismatch_tags`; else PASS when the speed ratio clears the target's min_speedup, SLOWER otherwise."""
+    `mismatch_tags`; else CORRECT if asked for correctness only, PASS when the speed ratio clears the target's
+    min_speedup, SLOWER otherwise."""
 
     def __init__(self, delay_s: float = 0.0, mismatch_tags: tuple[str, ...] = (), log: Path | None = None):
         self.delay_s = delay_s
@@ -88,13 +89,16 @@ class FakeEvaluator:
                 f.write(json.dumps(record) + "\n")
 
     def __call__(self, candidate_dir: Path, target, *, baseline_dir: Path, work_dir: Path, secret_seed=None,
-                 calibration=None, gpu_index=None) -> Verdict:
-        self._log(event="start", candidate=candidate_dir.name, seed=secret_seed)
+                 calibration=None, gpu_index=None, correctness_only=False) -> Verdict:
+        self._log(event="start", candidate=candidate_dir.name, seed=secret_seed, correctness_only=correctness_only)
         time.sleep(self.delay_s)
         work_dir.mkdir(parents=True, exist_ok=True)
         speed, note = read_speed(_files(candidate_dir))
         base, _ = read_speed(_files(baseline_dir))
         verdict = _verdict(candidate_dir, baseline_dir, speed, base, note, target, self.mismatch_tags)
+        if correctness_only and verdict.status.is_correct:
+            verdict = Verdict(status=Status.CORRECT, summary="correct (not timed)", candidate=verdict.candidate,
+                              baseline=verdict.baseline, stage_seconds=verdict.stage_seconds)
         self._log(event="done", candidate=candidate_dir.name, status=verdict.status.value)
         return verdict
 

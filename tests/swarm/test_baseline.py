@@ -1,6 +1,8 @@
 """Reusing a kept engine as a second target's baseline: re-verified first; a failing one falls back."""
 from __future__ import annotations
 
+import json
+
 import pytest
 from loop_helpers import fake_swarm, small_target
 from swarm_fakes import FakeAgent, FakeEvaluator
@@ -18,9 +20,9 @@ def _keep_one_engine() -> str:
     return kept.id
 
 
-def test_best_kept_engine_is_reverified_and_becomes_the_baseline():
+def test_best_kept_engine_is_reverified_and_becomes_the_baseline(tmp_path):
     kept_id = _keep_one_engine()
-    evaluator = FakeEvaluator(log=None)
+    evaluator = FakeEvaluator(log=tmp_path / "evaluations.jsonl")
     events = []
     agent = FakeAgent("b", {(1, 0): 1.2})
     target = small_target("second", baseline="best", budget={"iterations": 1})
@@ -29,6 +31,9 @@ def test_best_kept_engine_is_reverified_and_becomes_the_baseline():
         view = RunView.load(swarm.kb, outcome.run_id)
     check = next(e for e in events if isinstance(e, BaselineChecked))
     assert check.ok and check.engine_id == kept_id
+    starts = [r for r in map(json.loads, (tmp_path / "evaluations.jsonl").read_text().splitlines())
+              if r["event"] == "start"]
+    assert [r["correctness_only"] for r in starts] == [True] + [False] * (len(starts) - 1)  # not timed again
     assert view.run.baseline_request == "best" and view.baseline.id == kept_id
     assert agent.contexts[0].parent_id == kept_id and agent.contexts[0].applied_transforms == ["fake_i001.s00"]
     (kept,) = view.kept
