@@ -48,8 +48,13 @@ class Transform:
     # Device types where an engine with this transform passed the correctness gate and was timed (docs/
     # benchmarks.md): the offline proposer's leaps stack only these, so one leap is a fair bet, not a lottery.
     proven: frozenset[str] = frozenset()
+    # parameter -> (params file, constant) for the parameters it writes as a constant line of a params file: what
+    # a retune (retune.py) can change once the transform is in a lineage
+    knobs: Mapping[str, tuple[str, str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if not set(self.knobs) <= set(self.space):
+            raise ValueError(f"{self.name}: knobs {sorted(set(self.knobs) - set(self.space))} are not in its space")
         for what, devices in (("a prior", set(self.impact)), ("a proof", self.proven)):
             if not devices <= self.devices:  # for a device it never runs on: a typo
                 raise ValueError(f"{self.name}: {what} for {sorted(devices - self.devices)}, not in its devices")
@@ -68,6 +73,11 @@ class Transform:
         """The variant's name as proposals and lessons cite it: `name(k=v, ...)`."""
         args = ", ".join(f"{k}={v}" for k, v in params.items())
         return f"{self.name}({args})"
+
+
+def knobs_in(path: str, *params: str) -> dict[str, tuple[str, str]]:
+    """Knobs for parameters written to the params file `path` as their upper-cased names."""
+    return {param: (path, param.upper()) for param in params}
 
 
 def replace_once(files: Files, path: str, search: str, replace: str) -> Patch:

@@ -7,7 +7,7 @@ lives in templates/triton_backbone_deltanet/.
 from __future__ import annotations
 
 from .backbone_kernels import STEP, SWITCH, triton_switch
-from .base import Files, NotApplicable, Params, Patch, Transform, replace_once, template_files
+from .base import Files, NotApplicable, Params, Patch, Transform, knobs_in, replace_once, template_files
 
 _ADD = "    x = x + moe_out\n"
 _CALL = "    x = x + deltanet_decode(norm(x, lw.input_gain, cfg.rms_norm_eps), lw.mixer, cfg, state)\n"
@@ -59,6 +59,7 @@ triton_backbone_deltanet = Transform(
             "gated RMSNorm + out_proj + residual, which also shifts the conv window",
     feature="gated_deltanet",
     devices=frozenset({"cuda"}),
+    knobs=knobs_in("triton_deltanet_step_params.py", "block_v", "num_warps"),
     apply=_apply,
     space={"block_v": (32, 16, 64), "num_warps": (4, 2, 8)},
     requires=("cuda_graph_frame", "triton_tower"),

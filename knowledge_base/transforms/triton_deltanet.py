@@ -6,7 +6,7 @@ lives in templates/triton_deltanet/.
 """
 from __future__ import annotations
 
-from .base import Files, Params, Patch, Transform, replace_once, template_files
+from .base import Files, Params, Patch, Transform, knobs_in, replace_once, template_files
 
 DELTANET = "deltanet.py"
 DECODE = "decode_deltanet.py"
@@ -69,6 +69,7 @@ triton_deltanet = Transform(
     feature="gated_deltanet",
     devices=frozenset({"cuda"}),
     proven=frozenset({"cuda"}),
+    knobs=knobs_in("triton_deltanet_params.py", "block_v", "num_warps", "chunk_rows"),
     apply=_apply,
     # fastest first on H200 at full dims; the chunked form (chunk_rows > 0) is not measured yet, so it comes after
     space={"block_v": (16, 32, 64), "num_warps": (2, 4, 8), "chunk_rows": (0, 64, 32)},

@@ -5,7 +5,7 @@ templates/triton_fp8_moe/.
 """
 from __future__ import annotations
 
-from .base import Files, Params, Patch, Transform, replace_once, template_files
+from .base import Files, Params, Patch, Transform, knobs_in, replace_once, template_files
 
 MOE = "decode_moe.py"
 CALL = "    routed = routed_experts(x, top / top.sum(), ids, w, cfg)\n"
@@ -47,6 +47,7 @@ triton_fp8_moe = Transform(
     feature="fp8_moe",
     devices=frozenset({"cuda"}),
     proven=frozenset({"cuda"}),
+    knobs=knobs_in("triton_moe_params.py", "block_n", "num_warps", "down_slots"),
     apply=_apply,
     space={"block_n": (16, 8, 32), "num_warps": (4, 2, 8), "down_slots": (8, 1, 2)},
     requires=("cuda_graph_frame",),

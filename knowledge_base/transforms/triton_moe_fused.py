@@ -6,7 +6,7 @@ in templates/triton_moe_fused/.
 """
 from __future__ import annotations
 
-from .base import Files, Params, Patch, Transform, delete_file, replace_once, template_files
+from .base import Files, Params, Patch, Transform, delete_file, knobs_in, replace_once, template_files
 from .triton_fp8_moe import CALL, MOE, TRITON_CALL
 
 _PROJ = "    logits, shared_gate, shared_up, shared_scale = w.proj(x)\n"
@@ -51,6 +51,8 @@ triton_moe_fused = Transform(
     feature="fp8_moe",
     devices=frozenset({"cuda"}),
     proven=frozenset({"cuda"}),
+    knobs=knobs_in("fused_moe_params.py",
+                   "block_n", "block_k", "down_block_n", "down_block_k", "num_warps", "down_warps"),
     apply=_apply,
     space={"block_n": (4, 8, 2), "block_k": (1024, 2048, 512), "down_block_n": (4, 8, 2), "down_block_k": (128, 64),
            "num_warps": (4, 8), "down_warps": (8, 4)},

@@ -4,7 +4,7 @@ the host. The kernel file lives in templates/triton_prefill_moe/ (and templates/
 """
 from __future__ import annotations
 
-from .base import Files, Params, Patch, Transform, replace_once, template_files
+from .base import Files, Params, Patch, Transform, knobs_in, replace_once, template_files
 
 MOE = "moe.py"
 _CALL = """\
@@ -62,6 +62,7 @@ triton_prefill_moe = Transform(
     feature="fp8_moe",
     devices=frozenset({"cuda"}),
     proven=frozenset({"cuda"}),
+    knobs=knobs_in("grouped_moe_params.py", "block_m", "block_n", "num_warps"),
     apply=_apply,
     space={"block_m": (16, 32, 64), "block_n": (64, 128, 32), "num_warps": (4, 8)},
     lesson="The eager MoE loops over up to 256 active experts per layer with a per-call FP8 dequantisation and a "

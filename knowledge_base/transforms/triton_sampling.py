@@ -6,7 +6,7 @@ templates/triton_sampling/.
 """
 from __future__ import annotations
 
-from .base import Files, Params, Patch, Transform, replace_once, template_files
+from .base import Files, Params, Patch, Transform, knobs_in, replace_once, template_files
 
 SAMPLING = "decode_sampling.py"
 _DRAW = "    def draw(self, seed: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:\n"
@@ -70,6 +70,7 @@ triton_sampling = Transform(
     feature="sampling",
     devices=frozenset({"cuda"}),
     proven=frozenset({"cuda"}),
+    knobs=knobs_in("triton_sampling_params.py", "main_warps", "code_warps"),
     apply=_apply,
     space={"main_warps": (16, 8, 32), "code_warps": (4, 8, 2)},
     requires=("cuda_graph_frame",),

@@ -6,7 +6,7 @@ templates/triton_tower/.
 """
 from __future__ import annotations
 
-from .base import Files, Params, Patch, Transform, replace_once, template_files
+from .base import Files, Params, Patch, Transform, knobs_in, replace_once, template_files
 
 TOWER = "decode_tower.py"
 _DOC = '''\
@@ -59,6 +59,7 @@ triton_tower = Transform(
     feature="codebook_mtp",
     devices=frozenset({"cuda"}),
     proven=frozenset({"cuda"}),
+    knobs=knobs_in("triton_tower_params.py", "block_n", "block_k", "attn_rows", "split_rows", "num_warps"),
     apply=_apply,
     space={"block_n": (16, 32, 8), "block_k": (512, 256, 1024), "attn_rows": (32, 64, 16),
            "split_rows": (64, 128, 32), "num_warps": (4, 8)},

@@ -21,6 +21,7 @@ import random
 from dataclasses import dataclass
 
 from knowledge_base.transforms import TRANSFORMS, NotApplicable, Params, Transform
+from knowledge_base.transforms.retune import RETUNE, retunes
 
 from ..edits import EditError, apply_edits
 from ..proposal import FileEdit, Lesson, Proposal, ProposalContext
@@ -32,10 +33,11 @@ class _Choice:
     transform: Transform
     params: Params
     edits: list[FileEdit]
+    retune: bool = False  # params: the one parameter this changes on a transform already in the lineage
 
     @property
     def label(self) -> str:
-        return self.transform.label(self.params)
+        return (RETUNE if self.retune else "") + self.transform.label(self.params)
 
 
 class OfflineAgent:
@@ -59,10 +61,11 @@ class OfflineAgent:
                 chosen, title = leap, LEAP + _title(leap)
             else:
                 k -= 1 if leap else 0
-                fresh = [t for t, score in ranking if score == 0] or [t for t, _ in ranking]
-                order = fresh[k % len(fresh):] + fresh[:k % len(fresh)] if fresh else []
-                first = next((c for t in order if (c := _first_variant(t, context.parent_files, banned,
-                                                                       k // max(len(fresh), 1)))), None)
+                options = _explore_options(context, ranking)
+                n = len(options)
+                order = options[k % n:] + options[:k % n] if n else []
+                first = next((c for o in order if (c := o if isinstance(o, _Choice) else
+                                                   _first_variant(o, context.parent_files, banned, k // n))), None)
                 chosen = [first] if first else []
                 title = _title(chosen)
         if not chosen:
@@ -71,7 +74,7 @@ class OfflineAgent:
         return Proposal(
             agent=self.name,
             title=title,
-            rationale="\n".join(f"{c.label}: {c.transform.summary}" for c in chosen),
+            rationale="\n".join(f"{c.label}: {_RETUNED if c.retune else ''}{c.transform.summary}" for c in chosen),
             edits=[e for c in chosen for e in c.edits],
             transforms=[c.transform.name for c in chosen],
         )
@@ -79,27 +82,69 @@ class OfflineAgent:
 
 LEAP = "leap: "  # the title prefix of a leap, whose lessons say nothing about its members one by one
 TIMING = ("slower", "noisy")  # verdicts of correct engines: not faster, or not measurably
+# an estimate: a tile or warp count of one kernel family moves a frame by a few percent; transforms with a higher
+# prior are explored before retunes, the others after
+RETUNE_PRIOR = 1.03
+_RETUNED = "another value of a parameter of this applied transform; "
+
+
+def _cites_members(text: str) -> bool:
+    """Whether a failure or lesson speaks for the variants it cites: not a leap's (a stack) or a retune's (a
+    parameter value of an applied transform)."""
+    return not text.startswith((LEAP, RETUNE))
 
 
 def _failed_text(context: ProposalContext) -> str:
     """Every failure citing a transform: those rank last."""
-    return "\n".join([*(f for f in context.failures if not f.startswith(LEAP)),
+    return "\n".join([*filter(_cites_members, context.failures),
                       *(f"{x.summary} {x.evidence}" for x in _member_lessons(context) if x.outcome == "failed")])
 
 
-def _banned_text(context: ProposalContext) -> str:
-    """The failures whose variants are never proposed again: all but correct-and-not-faster ones measured on
-    another parent (a run's failure lines name no parent; such verdicts are in its lessons too)."""
+def _banned_text(context: ProposalContext, of_retunes: bool = False) -> str:
+    """The failures whose variants (or, `of_retunes`, retunes) are never proposed again: all but
+    correct-and-not-faster ones measured on another parent (a run's failure lines name no parent; such verdicts
+    are in its lessons too)."""
     here = f" on {context.parent_id}:"
-    return "\n".join([*(f for f in context.failures
-                        if not f.startswith(LEAP) and not any(f" ({status}): " in f for status in TIMING)),
-                      *(f"{x.summary} {x.evidence}" for x in _member_lessons(context)
-                        if x.outcome == "failed" and (x.verdict not in TIMING or here in x.summary))])
+
+    def about(text: str) -> bool:
+        return text.startswith(RETUNE) if of_retunes else _cites_members(text)
+    return "\n".join([*(f for f in context.failures if about(f) and not any(f" ({s}): " in f for s in TIMING)),
+                      *(f"{x.summary} {x.evidence}" for x in context.lessons if about(x.summary)
+                        and x.outcome == "failed" and (x.verdict not in TIMING or here in x.summary))])
 
 
 def _member_lessons(context: ProposalContext) -> list[Lesson]:
-    """The lessons that speak for the transforms they cite: all but those of leaps."""
-    return [x for x in context.lessons if not x.summary.startswith(LEAP)]
+    """The lessons that speak for the transforms they cite."""
+    return [x for x in context.lessons if _cites_members(x.summary)]
+
+
+def _explore_options(context: ProposalContext, ranking: list[tuple[Transform, int]]) -> list[Transform | _Choice]:
+    """What the exploring slots take in turn: untried transforms by prior (all of them if none is untried), with
+    the retunes of the lineage's transforms before those whose prior is under RETUNE_PRIOR."""
+    fresh = [t for t, score in ranking if score == 0] or [t for t, _ in ranking]
+    above = [t for t in fresh if t.prior(context.device) >= RETUNE_PRIOR]
+    return above + _retunes(context) + [t for t in fresh if t not in above]
+
+
+def _retunes(context: ProposalContext) -> list[_Choice]:
+    """Each one-parameter change of the lineage's tunable transforms (highest prior first) that applies, was not
+    tried on this parent and did not fail for good."""
+    banned = _banned_text(context, of_retunes=True)
+    names = sorted({n for n in context.applied_transforms if n in TRANSFORMS},
+                   key=lambda n: (-TRANSFORMS[n].prior(context.device), n))
+    found = []
+    for name in names:
+        for r in retunes(TRANSFORMS[name], context.parent_files):
+            choice = _Choice(r.transform, {r.param: r.value},
+                             [FileEdit(path=r.patch.path, search=r.patch.search, replace=r.patch.replace)], True)
+            if choice.label in banned or _tried(choice.label, context):
+                continue
+            try:
+                apply_edits(context.parent_files, choice.edits)
+            except EditError:
+                continue
+            found.append(choice)
+    return found
 
 
 def _ranking(context: ProposalContext) -> list[tuple[Transform, int]]:

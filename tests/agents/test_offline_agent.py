@@ -6,6 +6,7 @@ import torch
 from engine_copies import REQUEST, TINY, transformed
 
 from knowledge_base.transforms import TRANSFORMS, Patch, Transform
+from knowledge_base.transforms.retune import RETUNE
 from reference_runtime.teacher_forcing import teacher_forced
 from swarm.agents import AgentError, offline
 from swarm.agents.offline import OfflineAgent
@@ -168,12 +169,13 @@ def test_on_the_h200_kept_engine_gpu_transforms_are_explored_before_cpu_measured
     lessons = [Lesson(feature="decode_graph", outcome="failed", summary="inductor_decode_steps() on p: slower"),
                Lesson(feature="fp8_moe", outcome="failed", summary="triton_moe_fused() on p: slower")]
     proposals = [OfflineAgent("o").propose(context_for(files, device="cuda", gpu="h200", slot=s, lessons=lessons,
-                                                       applied_transforms=lineage)) for s in range(len(TRANSFORMS))]
-    explored = [p.transforms[0] for p in proposals if not p.title.startswith(offline.LEAP)]
-    first_seen = list(dict.fromkeys(explored))  # a slot whose transform does not apply takes the next one
+                                                       applied_transforms=lineage)) for s in range(48)]
+    # a slot whose transform does not apply takes the next one; the leap and retunes are told by their titles
+    first_seen = list(dict.fromkeys("retune" if p.title.startswith(RETUNE) else p.transforms[0]
+                                    for p in proposals if not p.title.startswith(offline.LEAP)))
     gpu_built = [first_seen.index(n) for n in ("cuda_graph_codec", "triton_sampling", "graph_topk_sampling")]
-    cpu_measured = [first_seen.index(n) for n in first_seen if "cpu" in TRANSFORMS[n].devices]
-    assert len(cpu_measured) >= 5 and max(gpu_built) < min(cpu_measured)
+    cpu_measured = [first_seen.index(n) for n in first_seen if n != "retune" and "cpu" in TRANSFORMS[n].devices]
+    assert len(cpu_measured) >= 5 and max(gpu_built) < first_seen.index("retune") < min(cpu_measured)
     assert first_seen[-1] == "fp8_dequant_at_build"
 
 
@@ -209,3 +211,29 @@ def test_on_the_h200_kept_engine_the_first_exploring_slot_leaps_over_the_proven_
     after = propose(0, [failed])
     assert not after.title.startswith(offline.LEAP) and len(after.transforms) == 1  # tried here: no second leap
     assert after.transforms[0] in leap.transforms  # and its failure does not mark its members
+
+
+def test_past_the_untried_transforms_worth_more_the_slots_retune_the_lineages_kernels(reference_run):
+    """On the engine the leap kept (session 7), the one untried transform with a prior above a retune's comes
+    first, then one-parameter retunes of the applied Triton transforms; a retune measured slower is not proposed
+    again on that parent, and its lesson says nothing about the transform itself."""
+    lineage = ["triton_prefill_moe", "cuda_graph_frame", "triton_deltanet", "triton_fp8_moe", "cuda_graph_prefill",
+               "inductor_decode_steps", "cuda_graph_codec", "triton_moe_fused", "triton_tower", "triton_sampling",
+               "triton_backbone_attention", "graph_topk_sampling"]
+    files = transformed(reference_run.files, *((name, next(TRANSFORMS[name].variants())) for name in lineage))
+    parent = "drama3-h200-lease-001.i001.s00"
+
+    def propose(slot: int, lessons: list[Lesson] = ()):
+        return OfflineAgent("o").propose(context_for(files, device="cuda", gpu="h200", slot=slot, parent_id=parent,
+                                                     lessons=list(lessons), applied_transforms=lineage))
+
+    assert propose(0).transforms == ["triton_backbone_deltanet"]  # unproven, so not leapt over: explored alone
+    retune = propose(1)
+    assert retune.title.startswith(RETUNE) and len(retune.edits) == 1 and retune.transforms[0] in lineage
+    apply_edits(files, retune.edits)
+    slower = Lesson(feature="codebook_mtp", outcome="failed", verdict="slower",
+                    summary=f"{retune.title} on {parent}: slower: not faster")
+    assert propose(1, [slower]).title not in (retune.title, "")
+    assert retune.title in {propose(s, [slower.model_copy(update={"summary": slower.summary.replace(
+        parent, "elsewhere")})]).title for s in range(1, 3)}
+    assert propose(0, [slower]).transforms == ["triton_backbone_deltanet"]
