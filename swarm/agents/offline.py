@@ -14,6 +14,11 @@ The first exploring slot leaps, once per parent: one candidate stacking every tr
 lineage that lacks many proven transforms needs an evaluation for each, and a transform measured alone can look
 flat on one parent and pay on another (inductor_decode_steps: 1.04x in 12-frame trials, 1.44x at steady state).
 Lessons about a leap concern that stack only: they do not mark its members.
+
+Past the untried transforms whose prior beats RETUNE_PRIOR, exploring slots retune: one knob of a transform in
+the lineage (a Triton tile or warp count in its params file) set to another value of its space, since a kept
+engine cannot take the transform again with better parameters. Retunes that failed are avoided by the same
+rule as variants; their lessons, like a leap's, say nothing about the transform.
 """
 from __future__ import annotations
 
