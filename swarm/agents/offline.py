@@ -9,8 +9,9 @@ missing or whose code is gone, and ranks failed ones last. It never repeats a va
 failure, except one that was correct and only not faster on another parent: timing is the parent's, and on a
 faster parent the same change can be a larger share of the time.
 
-The first exploring slot leaps, once per parent: one candidate stacking every transform proven on the device
-(`Transform.proven`) with a prior above 1 that the lineage lacks, prerequisites first. One step at a time, a
+The first exploring slot leaps: one candidate stacking every transform proven on the device (`Transform.proven`)
+with a prior above 1 that the lineage lacks and that no failure bans, prerequisites first; each such stack once
+per parent. One step at a time, a
 lineage that lacks many proven transforms needs an evaluation for each, and a transform measured alone can look
 flat on one parent and pay on another (inductor_decode_steps: 1.04x in 12-frame trials, 1.44x at steady state).
 Lessons about a leap concern that stack only: they do not mark its members.
