@@ -151,7 +151,8 @@ def main() -> None:
         for kernel, tiles in candidates:
             try:
                 us = _graph_us(_launches(kernels, shape, tiles, kernel))
-            except (CompilationError, OutOfResources) as exc:  # a tile the compiler refuses (registers, shared memory): reported, skipped
+            # a tile the compiler refuses (registers, shared memory): reported, skipped
+            except (CompilationError, OutOfResources) as exc:
                 print(f"  {shape.name} {kernel} {tiles}: {type(exc).__name__}: {str(exc)[:120]}")
                 continue
             bn, bk, warps = tiles or (0, 0, 0)

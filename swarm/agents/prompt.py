@@ -34,7 +34,7 @@ def proposal_prompt(context: ProposalContext) -> str:
         acceptance=context.acceptance or "(none)",
         failures=_bullets(context.failures),
         lessons=_lessons(context.lessons),
-        applied_transforms=_bullets(context.applied_transforms),
+        applied_transforms=_bullets([_applied(name) for name in dict.fromkeys(context.applied_transforms)]),
         device=context.device,
         catalogue=_catalogue(context),
         files=_files(context.parent_files),
@@ -64,12 +64,23 @@ def _lessons(lessons: list[Lesson]) -> str:
     return "\n".join(parts)
 
 
+def _applied(name: str) -> str:
+    """A lineage entry; for a transform with knobs, where its parameters live, so that retuning is an edit."""
+    t = TRANSFORMS.get(name)
+    if t is None or not t.knobs:
+        return name
+    knobs = "; ".join(f"{constant} in {path} (tried: {list(t.space[param])})"
+                      for param, (path, constant) in t.knobs.items())
+    return f"{name}: its tuning constants are {knobs}"
+
+
 def _catalogue(context: ProposalContext) -> str:
     lines = []
     for t in TRANSFORMS.values():
         if context.device in t.devices and t.name not in context.applied_transforms:
             space = "; ".join(f"{k} in {list(v)}" for k, v in t.space.items())
-            lines.append(f"- `{t.name}` ({t.feature}{'; ' + space if space else ''}): {t.summary}."
+            proven = "; proven on this device" if context.device in t.proven else ""
+            lines.append(f"- `{t.name}` ({t.feature}{'; ' + space if space else ''}{proven}): {t.summary}."
                          + (f" {t.lesson}" if t.lesson else ""))
     return "\n".join(lines) or "(none)"
 

@@ -23,12 +23,17 @@ def test_proposal_prompt_carries_the_context(context):
         "failures": ["rope_tables() (mismatch): logits differ at frame 3"],
         "lessons": [Lesson(feature="fp8_moe", outcome="worked", summary="dequantise at build", evidence="1.06x"),
                     Lesson(feature="codec", outcome="failed", summary="fp16 codec drifts")],
-        "applied_transforms": ["fp8_dequant_at_build"], "gpu": "h200", "device": "cuda", "iteration": 4, "slot": 1})
+        "applied_transforms": ["fp8_dequant_at_build", "triton_deltanet"], "gpu": "h200", "device": "cuda",
+        "iteration": 4, "slot": 1})
     text = proposal_prompt(context)
     for needle in ("drama3-cpu", "drama3-tiny", "cuda (h200)", "frames/s p50 40.0", "speedup >= 1.5",
                    "logits differ at frame 3", "### fp8_moe\n- [worked] dequantise at build (evidence: 1.06x)",
                    "### codec\n- [failed] fp16 codec drifts", "- fp8_dequant_at_build", "### moe.py\n````python\n",
-                   "for e in experts:", "iteration 4, proposal slot 1", "- `cuda_graph_backbone` (decode_graph; "):
+                   "for e in experts:", "iteration 4, proposal slot 1", "- `cuda_graph_backbone` (decode_graph; ",
+                   "- triton_deltanet: its tuning constants are BLOCK_V in triton_deltanet_params.py "
+                   "(tried: [16, 32, 64])",
+                   "(fp8_moe; block_n in [16, 8, 32]; num_warps in [4, 2, 8]; down_slots in [8, 1, 2]; "
+                   "proven on this device)"):
         assert needle in text
     assert "- `fp8_dequant_at_build`" not in text  # already in the lineage
     assert "$" not in text.replace("$edit_format", "")
