@@ -2,9 +2,10 @@
 top of cuda_graph_frame and triton_tower (once), commutes with the other CUDA transforms of the recipes (the
 backbone-attention kernels included, which share its switch in decode_step.py); its three kernels equal the torch
 DeltaNet mixer step (x + deltanet_decode(norm(x))) over several steps, output and both states, at drama3-tiny's
-dims in float32 and at a wider bf16 geometry, with the default tiles and with tiles small enough for several
-value slices; and the engine with it passes drama3-tiny's teacher-forced logits with every DeltaNet layer of
-every decode frame through the kernels. Full-size dims, compiled kernels and timing run in tests/gpu/."""
+dims in float32, at a wider bf16 geometry and at the full model's dims, with the default tiles and (but at full
+dims) with tiles small enough for several value slices; and the engine with it passes drama3-tiny's
+teacher-forced logits with every DeltaNet layer of every decode frame through the kernels. Compiled kernels and
+timing run in tests/gpu/."""
 from __future__ import annotations
 
 import dataclasses
@@ -36,13 +37,15 @@ CFG = get_config("drama3-tiny")
 RECIPE = ["cuda_graph_frame", "cuda_graph_codec", "triton_fp8_moe", "triton_prefill_moe", "triton_deltanet",
           "cuda_graph_prefill", "graph_topk_sampling", "inductor_decode_steps", "triton_moe_fused",
           "triton_sampling", "triton_tower", "triton_backbone_attention"]
-# drama3-tiny's backbone (float32 weights) and a wider bf16 one: 4 value heads per key head, dims of 32, a
-# 3-row conv window
+# drama3-tiny's backbone (float32 weights), a wider bf16 one (4 value heads per key head, dims of 32, a 3-row conv
+# window) and the full model's (bf16, default tiles only: the interpreter takes ~10 minutes with the small ones)
 GEOMETRIES = {"tiny": (CFG.backbone, torch.float32, 1e-5),
               "bf16": (dataclasses.replace(CFG.backbone, hidden_size=128, linear_num_key_heads=2,
                                            linear_num_value_heads=8, linear_key_head_dim=32,
-                                           linear_value_head_dim=32, linear_conv_kernel=3), torch.bfloat16, 2e-2)}
+                                           linear_value_head_dim=32, linear_conv_kernel=3), torch.bfloat16, 2e-2),
+              "full": (get_config("drama3").backbone, torch.bfloat16, 2e-2)}
 TILES = {"default": ({}, {}), "small": ({"block_v": 8, "num_warps": 2}, {"block_n": 16, "block_k": 16})}
+CASES = [(g, t) for g in sorted(GEOMETRIES) for t in sorted(TILES) if (g, t) != ("full", "small")]
 
 
 def test_applies_only_on_top_of_the_tower_kernels_and_once():
@@ -92,8 +95,7 @@ def _layer(pkg, cfg, dtype: torch.dtype, gen: torch.Generator):
                           moe=None)
 
 
-@pytest.mark.parametrize("tiles", sorted(TILES))
-@pytest.mark.parametrize("geometry", sorted(GEOMETRIES))
+@pytest.mark.parametrize(("geometry", "tiles"), CASES)
 def test_kernels_equal_the_torch_mixer_step_by_step(tmp_path, geometry, tiles):
     cfg, dtype, tol = GEOMETRIES[geometry]
     pkg = _package(tmp_path, tiles)
