@@ -66,7 +66,8 @@ triton_backbone_deltanet = Transform(
     lesson="Not yet run on a GPU: under the Triton interpreter it matches deltanet_decode step by step (at the "
            "full model's dims too) and the engine's teacher-forced logits match the reference on drama3-tiny. "
            "The torch step is ~40 kernels per DeltaNet layer (norm casts, the conv window cat and copy, SiLU, "
-           "L2 norms, gates, three bmm-sized ops on the state, the gated norm); the state tile stays in registers between decay, update and output. "
+           "L2 norms, gates, three bmm-sized ops on the state, the gated norm); the state tile stays in registers "
+           "between decay, update and output. "
            "Programs sharing a key head read the same q/k conv rows, so the conv window is shifted by the next "
            "kernel (out_proj), not by the step kernel. Its kernels run outside inductor (torch.compiler.disable).",
 )
