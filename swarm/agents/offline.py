@@ -62,7 +62,7 @@ class OfflineAgent:
         title = _title(chosen)
         if not chosen:  # explore
             k = context.slot - (1 if good else 0)
-            leap = _leap(context)
+            leap = _leap(context, banned)
             if k == 0 and leap:
                 chosen, title = leap, LEAP + _title(leap)
             else:
@@ -201,7 +201,7 @@ def _tried(title: str, context: ProposalContext) -> bool:
         or any(text.startswith(title + " (") for text in context.failures)
 
 
-def _leap(context: ProposalContext) -> list[_Choice]:
+def _leap(context: ProposalContext, banned: str) -> list[_Choice]:
     """The stack of every transform proven on the device with a prior above 1 that the lineage lacks (highest
     prior first, each after its prerequisites; first variants), if it has at least two and was not tried on this
     parent; else []."""
@@ -213,7 +213,7 @@ def _leap(context: ProposalContext) -> list[_Choice]:
         order.append(ready[0])
         have.add(ready[0].name)
         pending.remove(ready[0])
-    chosen = _stack(order, context.parent_files, _banned_text(context))
+    chosen = _stack(order, context.parent_files, banned)
     if len(chosen) < 2 or _tried(LEAP + _title(chosen), context):
         return []
     return chosen

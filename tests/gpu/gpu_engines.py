@@ -12,7 +12,7 @@ import torch
 
 from candidates.repo import engine_files, write_files
 from evaluator.compare import Logits, check_logits
-from knowledge_base.transforms import Params, Transform
+from knowledge_base.transforms import TRANSFORMS, Params, Transform
 from reference_runtime.bench import bench_requests
 from reference_runtime.config import Drama3Config, get_config
 from reference_runtime.prompt import build_rows
@@ -70,6 +70,16 @@ def assert_passes_gate(config: Drama3Config, ref, eng, frames: int = 16, prompts
         stats, evidence = check_logits(config, name, Logits(*want), Logits(*got), generated, request.sampling,
                                        tolerances(config))
         assert not evidence, f"{config.name} {name}: {stats} {evidence}"
+
+
+def mixer_packages(load_package, kernels: list[str]) -> dict:
+    """Engine packages whose decode_step mixers the backbone-kernel tests compare: {"torch": cuda_graph_frame,
+    "inductor": + inductor_decode_steps, "triton": + `kernels`, "triton_inductor": the kernels outside inductor
+    with the add and the norm around them compiled (the fast stacks' case)}."""
+    frame, inductor = (TRANSFORMS["cuda_graph_frame"], {}), (TRANSFORMS["inductor_decode_steps"], {})
+    with_kernels = [(TRANSFORMS[n], {}) for n in kernels]
+    return {"torch": load_package([frame]), "inductor": load_package([frame, inductor]),
+            "triton": load_package(with_kernels), "triton_inductor": load_package(with_kernels + [inductor])}
 
 
 def kv_caches(cache_type: type, geo, gen: torch.Generator, count: int) -> list:

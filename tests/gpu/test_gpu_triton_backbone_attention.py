@@ -7,11 +7,17 @@ from __future__ import annotations
 
 import pytest
 import torch
-from gpu_engines import assert_bf16_close, assert_passes_gate, config_named, graph_ms, kv_caches, mid_config
+from gpu_engines import (
+    assert_bf16_close,
+    assert_passes_gate,
+    config_named,
+    graph_ms,
+    kv_caches,
+    mid_config,
+    mixer_packages,
+)
 
 from knowledge_base.transforms import TRANSFORMS
-from knowledge_base.transforms.cuda_graph_frame import cuda_graph_frame
-from knowledge_base.transforms.inductor_steps import inductor_decode_steps
 from reference_runtime.model import build_engine
 from reference_runtime.weights import init_weights
 
@@ -31,12 +37,7 @@ def mixers(load_package):
     them))."""
     config = mid_config()
     weights = init_weights(config, seed=0, device=DEVICE)
-    kernels = [(TRANSFORMS[n], {}) for n in NAMES]
-    packages = {"torch": load_package([(cuda_graph_frame, {})]),
-                "inductor": load_package([(cuda_graph_frame, {}), (inductor_decode_steps, {})]),
-                "triton": load_package(kernels),
-                # the kernels outside inductor, the add and the norm around them compiled (the fast stacks' case)
-                "triton_inductor": load_package(kernels + [(inductor_decode_steps, {})])}
+    packages = mixer_packages(load_package, NAMES)
     graph = packages["torch"]
     layers = [lw for lw in graph.decode_weights.decode_weights(weights, config, DEVICE, fuse=True).layers
               if isinstance(lw.mixer, graph.decode_weights.AttnWeights)]

@@ -5,23 +5,19 @@ frame through the kernels. The kernels themselves (rotate-half RoPE included) ar
 attention_decode in interpret_triton_tower.py; full-size dims and timing run in tests/gpu/."""
 from __future__ import annotations
 
-import importlib
 import os
 import random
 
 import pytest
 from interpret_triton_moe_fused import _proposer_order
-from test_cuda_graphs import REFERENCE, assert_logits_match, load, transformed
+from test_cuda_graphs import REFERENCE, assert_kernels_run_every_decode_frame, transformed
 
 from candidates.repo import engine_files
 from knowledge_base.transforms import TRANSFORMS, NotApplicable
 from knowledge_base.transforms.cuda_graph_frame import cuda_graph_frame
 from knowledge_base.transforms.triton_backbone_attention import triton_backbone_attention
 from knowledge_base.transforms.triton_tower import triton_tower
-from reference_runtime.api import TTSRequest
 from reference_runtime.config import get_config
-from reference_runtime.model import build_engine
-from reference_runtime.weights import init_weights
 
 pytest.importorskip("triton")
 assert os.environ.get("TRITON_INTERPRET") == "1", "run through test_triton_interpreter.py (TRITON_INTERPRET=1)"
@@ -53,13 +49,6 @@ def test_stacks_with_the_other_cuda_transforms_in_any_order():
 
 
 def test_engine_teacher_forced_logits_match_reference(tmp_path, monkeypatch):
-    fast = load(transformed(engine_files(REFERENCE), [cuda_graph_frame, triton_tower, triton_backbone_attention]),
-                tmp_path)
-    step = importlib.import_module(f"{fast.__name__}.decode_step")
-    original, calls = step._attention_kernels, []
-    monkeypatch.setattr(step, "_attention_kernels", lambda *args: calls.append(1) or original(*args))
-    weights = init_weights(CFG, seed=0, device="cpu")
-    ref, eng = build_engine(CFG, weights, "cpu"), fast.build_engine(CFG, weights, "cpu")
-    frames = assert_logits_match(ref, eng, TTSRequest(text="Hello", max_frames=4, ignore_eos=True, seed=1))
     attention_layers = sum(CFG.backbone.is_full_attention(i) for i in range(CFG.backbone.num_layers))
-    assert attention_layers and len(calls) == attention_layers * (len(frames) - 1)  # each frame after the first
+    assert_kernels_run_every_decode_frame([cuda_graph_frame, triton_tower, triton_backbone_attention],
+                                          "_attention_kernels", attention_layers, tmp_path, monkeypatch)

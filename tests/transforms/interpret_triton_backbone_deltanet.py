@@ -17,17 +17,20 @@ import pytest
 import torch
 from interpret_triton_moe_fused import _proposer_order
 from interpret_triton_tower import cuda_like_bf16  # noqa: F401 (an autouse fixture: bf16 as CUDA rounds it)
-from test_cuda_graphs import REFERENCE, assert_applies_once_on_top_of, assert_logits_match, load, transformed
+from test_cuda_graphs import (
+    REFERENCE,
+    assert_applies_once_on_top_of,
+    assert_kernels_run_every_decode_frame,
+    load,
+    transformed,
+)
 
 from candidates.repo import engine_files
 from knowledge_base.transforms import TRANSFORMS
 from knowledge_base.transforms.cuda_graph_frame import cuda_graph_frame
 from knowledge_base.transforms.triton_backbone_deltanet import triton_backbone_deltanet
 from knowledge_base.transforms.triton_tower import triton_tower
-from reference_runtime.api import TTSRequest
 from reference_runtime.config import get_config
-from reference_runtime.model import build_engine
-from reference_runtime.weights import init_weights
 from swarm.edits import apply_edits
 from swarm.proposal import FileEdit
 
@@ -121,13 +124,6 @@ def test_kernels_equal_the_torch_mixer_step_by_step(tmp_path, geometry, tiles):
 
 
 def test_engine_teacher_forced_logits_match_reference(tmp_path, monkeypatch):
-    fast = load(transformed(engine_files(REFERENCE), [cuda_graph_frame, triton_tower, triton_backbone_deltanet]),
-                tmp_path)
-    step = importlib.import_module(f"{fast.__name__}.decode_step")
-    original, calls = step._deltanet_kernels, []
-    monkeypatch.setattr(step, "_deltanet_kernels", lambda *args: calls.append(1) or original(*args))
-    weights = init_weights(CFG, seed=0, device="cpu")
-    ref, eng = build_engine(CFG, weights, "cpu"), fast.build_engine(CFG, weights, "cpu")
-    frames = assert_logits_match(ref, eng, TTSRequest(text="Hello", max_frames=4, ignore_eos=True, seed=1))
     deltanet_layers = sum(not CFG.backbone.is_full_attention(i) for i in range(CFG.backbone.num_layers))
-    assert deltanet_layers and len(calls) == deltanet_layers * (len(frames) - 1)  # each frame after the first
+    assert_kernels_run_every_decode_frame([cuda_graph_frame, triton_tower, triton_backbone_deltanet],
+                                          "_deltanet_kernels", deltanet_layers, tmp_path, monkeypatch)

@@ -63,6 +63,20 @@ def assert_logits_match(ref, eng, request: TTSRequest, tol: float = 1e-4) -> tor
     return frames
 
 
+def assert_kernels_run_every_decode_frame(transforms, wrapper: str, layers: int, root: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reference package with `transforms` applied passes drama3-tiny's teacher-forced logits, and its
+    decode_step calls `wrapper` once for each of `layers` layers in every frame after the first."""
+    fast = load(transformed(engine_files(REFERENCE), transforms), root)
+    step = importlib.import_module(f"{fast.__name__}.decode_step")
+    original, calls = getattr(step, wrapper), []
+    monkeypatch.setattr(step, wrapper, lambda *args: calls.append(1) or original(*args))
+    weights = init_weights(CFG, seed=0, device="cpu")
+    ref, eng = build_engine(CFG, weights, "cpu"), fast.build_engine(CFG, weights, "cpu")
+    frames = assert_logits_match(ref, eng, TTSRequest(text="Hello", max_frames=4, ignore_eos=True, seed=1))
+    assert layers and len(calls) == layers * (len(frames) - 1)
+
+
 def load(files: dict[str, str], root: Path):
     name = f"cuda_graphs_pkg_{next(_counter)}"
     write_files(files, root / name)
