@@ -6,9 +6,9 @@ The frame's dense layers are one-row GEMVs (tower and backbone-attention q|k|v, 
 DeltaNet in_proj and out_proj), so their tiles decide most of its time once launches are few. Each (shape,
 kernel, tiles) is captured as a CUDA graph of launches on distinct weight copies (more bytes than L2 holds, as
 in the frame, where every layer's weights are read once) and replayed; the table gives us per launch and the
-achieved GB/s, fastest first, next to cuBLAS (F.linear) and a variant that keeps a 2-D accumulator and reduces
-once at the end instead of once per K chunk. Nothing here decides anything: it says which tiles to give the
-transforms' defaults. Needs CUDA.
+achieved GB/s, fastest first, next to cuBLAS (F.linear). Nothing here decides anything: it says which tiles to
+give the transforms' defaults (session 8 it also showed that the residual GEMVs ran at half the bandwidth while
+they reduced once per K chunk; they now keep a 2-D accumulator). Needs CUDA.
 """
 from __future__ import annotations
 
@@ -25,18 +25,22 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 import triton
-import triton.language as tl
 from triton.compiler.errors import CompilationError
 from triton.runtime.errors import OutOfResources
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from knowledge_base.transforms.triton_tower import triton_tower
 from scripts.gpu_fast_check import import_package, recipe_files
 
 DEVICE = torch.device("cuda")
 L2_BYTES = 200 << 20  # the weight copies of one graph: several times the H200's 50 MB L2
 TILES = [(bn, bk, warps) for bn in (4, 8, 16, 32) for bk in (256, 512, 1024) for warps in (4, 8)]
+_FIRST = next(triton_tower.variants())
+# (block_n, block_k, warps) the transform applies by default: [norm GEMVs, residual GEMVs]
+DEFAULTS = [tuple(_FIRST[k] for k in ("block_n", "block_k", "num_warps")),
+            tuple(_FIRST[k] for k in ("residual_block_n", "residual_block_k", "residual_warps"))]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,20 +69,6 @@ class Row:
     gb_per_s: float
 
 
-@triton.jit
-def _gemv_2d_kernel(a_ptr, w_ptr, res_ptr, y_ptr, K: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
-    """residual_gemv's math with a (BN, BK) accumulator summed once."""
-    rows = tl.program_id(0) * BN + tl.arange(0, BN)
-    acc = tl.zeros((BN, BK), tl.float32)
-    for c in tl.static_range(K // BK):
-        cols = c * BK + tl.arange(0, BK)
-        w = tl.load(w_ptr + rows[:, None] * K + cols[None, :]).to(tl.float32)
-        acc += w * tl.load(a_ptr + cols).to(tl.float32)[None, :]
-    dt = y_ptr.dtype.element_ty
-    y = tl.load(res_ptr + rows).to(tl.float32) + tl.sum(acc, axis=1).to(dt).to(tl.float32)
-    tl.store(y_ptr + rows, y.to(dt))
-
-
 def _graph_us(launches: list[Callable[[], None]], replays: int = 20) -> float:
     """Mean us per launch of `launches` captured in one CUDA graph."""
     for launch in launches:  # compiles before capture
@@ -99,7 +89,7 @@ def _graph_us(launches: list[Callable[[], None]], replays: int = 20) -> float:
 
 
 def _launches(kernels, shape: Shape, tiles: tuple[int, int, int] | None, kernel: str) -> list[Callable[[], None]]:
-    """One launch per weight copy of `shape` through `kernel` ("triton", "2d", "cublas") with `tiles`."""
+    """One launch per weight copy of `shape` through `kernel` ("triton", "cublas") with `tiles`."""
     dev, dt = DEVICE, torch.bfloat16
     mats = 2 if shape.kind == "swiglu" else 1
     copies = max(4, -(-L2_BYTES // (mats * shape.rows * shape.cols * 2)))
@@ -114,9 +104,6 @@ def _launches(kernels, shape: Shape, tiles: tuple[int, int, int] | None, kernel:
         return [lambda w=w: F.silu(F.linear(x, w[0])) * F.linear(x, w[-1]) if mats == 2 else F.linear(x, w[0])
                 for w in weights]
     bn, bk, warps = tiles
-    if kernel == "2d":
-        return [lambda w=w: _gemv_2d_kernel[(shape.rows // bn,)](x, w[0], res, out, shape.cols, bn, bk,
-                                                                 num_warps=warps) for w in weights]
     if shape.kind == "residual":
         return [lambda w=w: kernels._residual_gemv_kernel[(shape.rows // bn,)](
             x, w[0], res, out, gain, out, ticket, 1e-6, shape.cols, shape.rows, False, bn, bk, bk, num_warps=warps)
@@ -146,8 +133,7 @@ def main() -> None:
         mats = 2 if shape.kind == "swiglu" else 1
         nbytes = mats * shape.rows * shape.cols * 2
         found = []
-        candidates = [("cublas", None)] + [(k, t) for t in TILES for k in ("triton", "2d")
-                                           if t[1] <= shape.cols and (k == "triton" or shape.kind == "residual")]
+        candidates = [("cublas", None)] + [("triton", t) for t in TILES if t[1] <= shape.cols]
         for kernel, tiles in candidates:
             try:
                 us = _graph_us(_launches(kernels, shape, tiles, kernel))
@@ -159,8 +145,8 @@ def main() -> None:
             found.append(Row(shape.name, kernel, bn, bk, warps, round(us, 2), round(nbytes / us / 1e3, 1)))
         found.sort(key=lambda r: r.us)
         rows += found
-        default = next((r for r in found if (r.kernel, r.block_n, r.block_k, r.num_warps) == ("triton", 16, 512, 4)),
-                       None)
+        default = next((r for r in found if (r.kernel, r.block_n, r.block_k, r.num_warps) ==
+                        ("triton", *DEFAULTS[shape.kind == "residual"])), None)
         print(f"\n{shape.name}: ({shape.rows} x {shape.cols}) bf16, {shape.per_frame} per frame; default tiles "
               f"{default.us if default else '-'} us")
         print(f"  {'kernel':8} {'BN':>4} {'BK':>5} {'warps':>5} {'us':>8} {'GB/s':>8}")

@@ -13,10 +13,42 @@ from pathlib import Path
 
 Files = Mapping[str, str]
 Params = dict[str, str | int | float | bool]
+TEMPLATES = Path(__file__).parent / "templates"  # whole engine files that transforms add
 
 
 class NotApplicable(ValueError):
     """The engine files do not contain the code this transform rewrites."""
+
+
+def literal(value: str | int | float | bool) -> str:
+    """The value as the params files write it."""
+    return f'"{value}"' if isinstance(value, str) else repr(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Knobs:
+    """The parameters a transform writes as constant lines of one params file (`BLOCK_N = 16  # what it sets`):
+    what a retune (retune.py) can change once the transform is in a lineage, and what a renewal (renew.py)
+    carries over to the transform's current kernels."""
+
+    path: str
+    owner: str  # the transform's name, for the file's docstring
+    notes: Mapping[str, str]  # parameter -> what its constant sets (the line's comment; "" for none)
+
+    @staticmethod
+    def constant(param: str) -> str:
+        return param.upper()
+
+    def text(self, params: Params) -> str:
+        lines = [f'"""Parameters the {self.owner} transform was applied with."""']
+        for param, note in self.notes.items():
+            line = f"{self.constant(param)} = {literal(params[param])}"
+            lines.append(f"{line}  # {note}" if note else line)
+        return "\n".join(lines) + "\n"
+
+    def patch(self, params: Params) -> Patch:
+        """The params file's creation."""
+        return Patch(self.path, "", self.text(params))
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,13 +80,18 @@ class Transform:
     # Device types where an engine with this transform passed the correctness gate and was timed (docs/
     # benchmarks.md): the offline proposer's leaps stack only these, so one leap is a fair bet, not a lottery.
     proven: frozenset[str] = frozenset()
-    # parameter -> (params file, constant) for the parameters it writes as a constant line of a params file: what
-    # a retune (retune.py) can change once the transform is in a lineage
-    knobs: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    knobs: Knobs | None = None
+    # folders of templates/ whose files it adds to the engine: what a renewal (renew.py) brings up to date
+    templates: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if not set(self.knobs) <= set(self.space):
-            raise ValueError(f"{self.name}: knobs {sorted(set(self.knobs) - set(self.space))} are not in its space")
+        if self.knobs and not set(self.knobs.notes) <= set(self.space):
+            raise ValueError(f"{self.name}: knobs {sorted(set(self.knobs.notes) - set(self.space))} are not in its "
+                             "space")
+        if self.templates and self.knobs is None:  # a renewal keeps the engine's values: its params file says them
+            raise ValueError(f"{self.name}: templates to renew, but no knobs")
+        if missing := [f for f in self.templates if not (TEMPLATES / f).is_dir()]:
+            raise ValueError(f"{self.name}: no template folder {missing} under {TEMPLATES}")
         for what, devices in (("a prior", set(self.impact)), ("a proof", self.proven)):
             if not devices <= self.devices:  # for a device it never runs on: a typo
                 raise ValueError(f"{self.name}: {what} for {sorted(devices - self.devices)}, not in its devices")
@@ -75,11 +112,6 @@ class Transform:
         return f"{self.name}({args})"
 
 
-def knobs_in(path: str, *params: str) -> dict[str, tuple[str, str]]:
-    """Knobs for parameters written to the params file `path` as their upper-cased names."""
-    return {param: (path, param.upper()) for param in params}
-
-
 def replace_once(files: Files, path: str, search: str, replace: str) -> Patch:
     """A patch of `path`, after checking `search` occurs in it exactly once (else NotApplicable)."""
     source = files.get(path)
@@ -94,9 +126,6 @@ def delete_file(files: Files, path: str) -> Patch:
     if path not in files:
         raise NotApplicable(f"{path}: the file this transform retires is not there")
     return Patch(path, files[path], "")
-
-
-TEMPLATES = Path(__file__).parent / "templates"  # whole engine files that transforms add
 
 
 def template_files(files: Files, folder: str) -> list[Patch]:

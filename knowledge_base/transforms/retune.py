@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .base import Files, Patch, Transform
+from .base import Files, Patch, Transform, literal
 
 RETUNE = "retune "  # the title prefix of a retune proposal: RETUNE + transform.label({param: value})
 
@@ -23,12 +23,8 @@ class Retune:
     patch: Patch
 
 
-def literal(value: str | int | float | bool) -> str:
-    """The value as the params files write it."""
-    return f'"{value}"' if isinstance(value, str) else repr(value)
-
-
-def _line(source: str, constant: str) -> re.Match | None:
+def knob_line(source: str, constant: str) -> re.Match | None:
+    """The params file's one `CONSTANT = value  # note` line (group 1: the value, 2: the rest), if exactly one."""
     matches = list(re.finditer(rf"^{constant} = (\S+)(.*)$", source, re.MULTILINE))
     return matches[0] if len(matches) == 1 else None
 
@@ -36,9 +32,13 @@ def _line(source: str, constant: str) -> re.Match | None:
 def retunes(transform: Transform, files: Files) -> list[Retune]:
     """Every one-parameter change of `transform`'s knobs that `files` can take: each other value in its space, in
     space order; none where the params file or its constant is missing (e.g. a later transform retired it)."""
+    if transform.knobs is None:
+        return []
     found = []
-    for param, (path, constant) in transform.knobs.items():
-        line = _line(files.get(path, ""), constant)
+    path = transform.knobs.path
+    for param in transform.knobs.notes:
+        constant = transform.knobs.constant(param)
+        line = knob_line(files.get(path, ""), constant)
         if line is None:
             continue
         for value in transform.space[param]:

@@ -6,7 +6,7 @@ lives in templates/triton_deltanet/.
 """
 from __future__ import annotations
 
-from .base import Files, Params, Patch, Transform, knobs_in, replace_once, template_files
+from .base import Files, Knobs, Params, Patch, Transform, replace_once, template_files
 
 DELTANET = "deltanet.py"
 DECODE = "decode_deltanet.py"
@@ -33,6 +33,13 @@ def _decode_patches(files: Files) -> list[Patch]:
     ]
 
 
+KNOBS = Knobs("triton_deltanet_params.py", "triton_deltanet", {
+    "block_v": "value columns per program (capped to what tiles dv): smaller = more programs in flight",
+    "num_warps": "",
+    "chunk_rows": "calls of at least this many tokens run the chunked kernels in chunks of it; 0: never",
+})
+
+
 def _apply(files: Files, params: Params) -> list[Patch]:
     block_v, warps = int(params["block_v"]), int(params["num_warps"])
     chunk_rows = int(params["chunk_rows"])
@@ -41,12 +48,7 @@ def _apply(files: Files, params: Params) -> list[Patch]:
                          "must be powers of two, chunk_rows 0 or >= 16")
     return [
         *template_files(files, "triton_deltanet"),
-        Patch("triton_deltanet_params.py", "", f'''\
-"""Parameters the triton_deltanet transform was applied with."""
-BLOCK_V = {block_v}  # value columns per program (capped to what tiles dv): smaller = more programs in flight
-NUM_WARPS = {warps}
-CHUNK_ROWS = {chunk_rows}  # calls of at least this many tokens run the chunked kernels in chunks of it; 0: never
-'''),
+        KNOBS.patch({"block_v": block_v, "num_warps": warps, "chunk_rows": chunk_rows}),
         replace_once(files, DELTANET, _DOC_END + _LOOP, _DOC_END + """\
     if q.is_cuda or os.environ.get("TRITON_INTERPRET") == "1":  # Triton is imported only where it can run
         from .triton_deltanet import triton_delta_rule
@@ -69,7 +71,8 @@ triton_deltanet = Transform(
     feature="gated_deltanet",
     devices=frozenset({"cuda"}),
     proven=frozenset({"cuda"}),
-    knobs=knobs_in("triton_deltanet_params.py", "block_v", "num_warps", "chunk_rows"),
+    knobs=KNOBS,
+    templates=("triton_deltanet",),
     apply=_apply,
     # fastest first on H200 at full dims; the chunked form (chunk_rows > 0) is not measured yet, so it comes after
     space={"block_v": (16, 32, 64), "num_warps": (2, 4, 8), "chunk_rows": (0, 64, 32)},

@@ -5,7 +5,7 @@ templates/triton_fp8_moe/.
 """
 from __future__ import annotations
 
-from .base import Files, Params, Patch, Transform, knobs_in, replace_once, template_files
+from .base import Files, Knobs, Params, Patch, Transform, replace_once, template_files
 
 MOE = "decode_moe.py"
 CALL = "    routed = routed_experts(x, top / top.sum(), ids, w, cfg)\n"
@@ -19,6 +19,13 @@ TRITON_CALL = """\
 """
 
 
+KNOBS = Knobs("triton_moe_params.py", "triton_fp8_moe", {
+    "block_n": "output rows per program (at most the FP8 block): smaller = more programs in flight",
+    "num_warps": "",
+    "down_slots": "selected experts per down-projection program (capped to what divides top-k)",
+})
+
+
 def _apply(files: Files, params: Params) -> list[Patch]:
     block_n, warps, slots = int(params["block_n"]), int(params["num_warps"]), int(params["down_slots"])
     if block_n & (block_n - 1) or warps & (warps - 1) or slots & (slots - 1):
@@ -26,12 +33,7 @@ def _apply(files: Files, params: Params) -> list[Patch]:
                          "powers of two")
     return [
         *template_files(files, "triton_fp8_moe"), *template_files(files, "fp8_triton"),
-        Patch("triton_moe_params.py", "", f'''\
-"""Parameters the triton_fp8_moe transform was applied with."""
-BLOCK_N = {block_n}  # output rows per program (at most the FP8 block): smaller = more programs in flight
-NUM_WARPS = {warps}
-DOWN_SLOTS = {slots}  # selected experts per down-projection program (capped to what divides top-k)
-'''),
+        KNOBS.patch({"block_n": block_n, "num_warps": warps, "down_slots": slots}),
         replace_once(files, MOE, CALL, TRITON_CALL),
         replace_once(files, MOE, "import torch\n", "import os\n\nimport torch\n"),
     ]
@@ -47,7 +49,8 @@ triton_fp8_moe = Transform(
     feature="fp8_moe",
     devices=frozenset({"cuda"}),
     proven=frozenset({"cuda"}),
-    knobs=knobs_in("triton_moe_params.py", "block_n", "num_warps", "down_slots"),
+    knobs=KNOBS,
+    templates=("triton_fp8_moe", "fp8_triton"),
     apply=_apply,
     space={"block_n": (16, 8, 32), "num_warps": (4, 2, 8), "down_slots": (8, 1, 2)},
     requires=("cuda_graph_frame",),

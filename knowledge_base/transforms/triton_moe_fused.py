@@ -6,28 +6,29 @@ in templates/triton_moe_fused/.
 """
 from __future__ import annotations
 
-from .base import Files, Params, Patch, Transform, delete_file, knobs_in, replace_once, template_files
+from .base import Files, Knobs, Params, Patch, Transform, delete_file, replace_once, template_files
 from .triton_fp8_moe import CALL, MOE, TRITON_CALL
 
 _PROJ = "    logits, shared_gate, shared_up, shared_scale = w.proj(x)\n"
 
 
+KNOBS = Knobs("fused_moe_params.py", "triton_moe_fused", {
+    "block_n": "intermediate rows per gate|up program: k * I / BLOCK_N programs",
+    "block_k": "hidden columns per unrolled gate|up load (whole FP8 blocks)",
+    "down_block_n": "output rows per down program (hidden / DOWN_BLOCK_N programs)",
+    "down_block_k": "intermediate columns per unrolled down load (at most the FP8 block)",
+    "num_warps": "gate|up kernel",
+    "down_warps": "down kernel: the k experts of a tile spread over the warps",
+})
+
+
 def _apply(files: Files, params: Params) -> list[Patch]:
-    sizes = {name: int(params[name]) for name in ("block_n", "block_k", "down_block_n", "down_block_k", "num_warps",
-                                                  "down_warps")}
+    sizes = {name: int(params[name]) for name in KNOBS.notes}
     if any(v < 1 or v & (v - 1) for v in sizes.values()):
         raise ValueError(f"triton_moe_fused: every parameter must be a power of two, got {sizes}")
     return [
         *template_files(files, "triton_moe_fused"), *template_files(files, "fp8_triton"),
-        Patch("fused_moe_params.py", "", f'''\
-"""Parameters the triton_moe_fused transform was applied with."""
-BLOCK_N = {sizes["block_n"]}  # intermediate rows per gate|up program: k * I / BLOCK_N programs
-BLOCK_K = {sizes["block_k"]}  # hidden columns per unrolled gate|up load (whole FP8 blocks)
-DOWN_BLOCK_N = {sizes["down_block_n"]}  # output rows per down program (hidden / DOWN_BLOCK_N programs)
-DOWN_BLOCK_K = {sizes["down_block_k"]}  # intermediate columns per unrolled down load (at most the FP8 block)
-NUM_WARPS = {sizes["num_warps"]}  # gate|up kernel
-DOWN_WARPS = {sizes["down_warps"]}  # down kernel: the k experts of a tile spread over the warps
-'''),
+        KNOBS.patch(sizes),
         replace_once(files, MOE, _PROJ, _PROJ + """\
     if x.is_cuda or os.environ.get("TRITON_INTERPRET") == "1":  # Triton is imported only where it can run
         from .fused_moe import fused_moe_decode
@@ -51,8 +52,8 @@ triton_moe_fused = Transform(
     feature="fp8_moe",
     devices=frozenset({"cuda"}),
     proven=frozenset({"cuda"}),
-    knobs=knobs_in("fused_moe_params.py",
-                   "block_n", "block_k", "down_block_n", "down_block_k", "num_warps", "down_warps"),
+    knobs=KNOBS,
+    templates=("triton_moe_fused", "fp8_triton"),
     apply=_apply,
     space={"block_n": (4, 8, 2), "block_k": (1024, 2048, 512), "down_block_n": (4, 8, 2), "down_block_k": (128, 64),
            "num_warps": (4, 8), "down_warps": (8, 4)},

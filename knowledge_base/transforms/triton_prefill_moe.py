@@ -4,7 +4,7 @@ the host. The kernel file lives in templates/triton_prefill_moe/ (and templates/
 """
 from __future__ import annotations
 
-from .base import Files, Params, Patch, Transform, knobs_in, replace_once, template_files
+from .base import Files, Knobs, Params, Patch, Transform, replace_once, template_files
 
 MOE = "moe.py"
 _CALL = """\
@@ -28,6 +28,13 @@ _FUSED = '''
 '''
 
 
+KNOBS = Knobs("grouped_moe_params.py", "triton_prefill_moe", {
+    "block_m": "(token, slot) pairs per block; an expert with fewer pairs pads its block",
+    "block_n": "output columns per program (at most the FP8 block)",
+    "num_warps": "",
+})
+
+
 def _apply(files: Files, params: Params) -> list[Patch]:
     bm, bn, warps = int(params["block_m"]), int(params["block_n"]), int(params["num_warps"])
     if any(v & (v - 1) for v in (bm, bn, warps)) or min(bm, bn) < 16:
@@ -35,12 +42,7 @@ def _apply(files: Files, params: Params) -> list[Patch]:
                          "of two, the blocks at least 16 (tl.dot's smallest tile)")
     return [
         *template_files(files, "triton_prefill_moe"), *template_files(files, "fp8_triton"),
-        Patch("grouped_moe_params.py", "", f'''\
-"""Parameters the triton_prefill_moe transform was applied with."""
-BLOCK_M = {bm}  # (token, slot) pairs per block; an expert with fewer pairs pads its block
-BLOCK_N = {bn}  # output columns per program (at most the FP8 block)
-NUM_WARPS = {warps}
-'''),
+        KNOBS.patch({"block_m": bm, "block_n": bn, "num_warps": warps}),
         replace_once(files, MOE, _CALL, """\
         weights, experts = self.route(x)
         if x.is_cuda or os.environ.get("TRITON_INTERPRET") == "1":  # Triton is imported only where it can run
@@ -62,7 +64,8 @@ triton_prefill_moe = Transform(
     feature="fp8_moe",
     devices=frozenset({"cuda"}),
     proven=frozenset({"cuda"}),
-    knobs=knobs_in("grouped_moe_params.py", "block_m", "block_n", "num_warps"),
+    knobs=KNOBS,
+    templates=("triton_prefill_moe", "fp8_triton"),
     apply=_apply,
     space={"block_m": (16, 32, 64), "block_n": (64, 128, 32), "num_warps": (4, 8)},
     lesson="The eager MoE loops over up to 256 active experts per layer with a per-call FP8 dequantisation and a "

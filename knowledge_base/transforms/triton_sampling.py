@@ -6,7 +6,7 @@ templates/triton_sampling/.
 """
 from __future__ import annotations
 
-from .base import Files, Params, Patch, Transform, knobs_in, replace_once, template_files
+from .base import Files, Knobs, Params, Patch, Transform, replace_once, template_files
 
 SAMPLING = "decode_sampling.py"
 _DRAW = "    def draw(self, seed: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:\n"
@@ -33,17 +33,19 @@ def _dispatch(call: str) -> str:
 """
 
 
+KNOBS = Knobs("triton_sampling_params.py", "triton_sampling", {
+    "main_warps": "the main draw: 1 + codebook_size logits, an 8192-wide block at full size",
+    "code_warps": "a code draw: the residual codebook's valid logits (1024 at full size)",
+})
+
+
 def _apply(files: Files, params: Params) -> list[Patch]:
-    warps = {name: int(params[name]) for name in ("main_warps", "code_warps")}
+    warps = {name: int(params[name]) for name in KNOBS.notes}
     if any(w < 1 or w & (w - 1) for w in warps.values()):
         raise ValueError(f"triton_sampling: warps must be powers of two, got {warps}")
     return [
         *template_files(files, "triton_sampling"),
-        Patch("triton_sampling_params.py", "", f'''\
-"""Parameters the triton_sampling transform was applied with."""
-MAIN_WARPS = {warps["main_warps"]}  # the main draw: 1 + codebook_size logits, an 8192-wide block at full size
-CODE_WARPS = {warps["code_warps"]}  # a code draw: the residual codebook's valid logits (1024 at full size)
-'''),
+        KNOBS.patch(warps),
         replace_once(files, SAMPLING, "import torch\n", "import os\n\nimport torch\n"),
         replace_once(files, SAMPLING, "class NoiseTable:\n", _PREDICATE),
         replace_once(files, SAMPLING, _DRAW + "        key = ", _DRAW + """\
@@ -70,7 +72,8 @@ triton_sampling = Transform(
     feature="sampling",
     devices=frozenset({"cuda"}),
     proven=frozenset({"cuda"}),
-    knobs=knobs_in("triton_sampling_params.py", "main_warps", "code_warps"),
+    knobs=KNOBS,
+    templates=("triton_sampling",),
     apply=_apply,
     space={"main_warps": (16, 8, 32), "code_warps": (4, 8, 2)},
     requires=("cuda_graph_frame",),

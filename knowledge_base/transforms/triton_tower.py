@@ -6,7 +6,7 @@ templates/triton_tower/.
 """
 from __future__ import annotations
 
-from .base import Files, Params, Patch, Transform, knobs_in, replace_once, template_files
+from .base import Files, Knobs, Params, Patch, Transform, replace_once, template_files
 
 TOWER = "decode_tower.py"
 _DOC = '''\
@@ -17,20 +17,25 @@ _STEP = "tower_layer = _step(tower_layer_decode)\n"
 _CACHE = "        self.values = torch.zeros_like(self.keys)\n"
 
 
+KNOBS = Knobs("triton_tower_params.py", "triton_tower", {
+    "block_n": "output rows per program of the norm-prologue GEMVs (eh_proj, q|k|v, gate|up)",
+    "block_k": "input columns per unrolled chunk of those GEMVs",
+    "residual_block_n": "output rows per program of the o_proj and down GEMVs (residual epilogue)",
+    "residual_block_k": "input columns per unrolled chunk of those GEMVs",
+    "residual_warps": "warps of those GEMVs",
+    "attn_rows": "KV rows per attention tile (a tl.dot operand: >= 16)",
+    "split_rows": "span rows per attention program (at most MAX_SPLITS per kv head)",
+    "num_warps": "warps of the norm-prologue GEMVs and the attention kernel",
+})
+
+
 def _apply(files: Files, params: Params) -> list[Patch]:
-    sizes = {name: int(params[name]) for name in ("block_n", "block_k", "attn_rows", "split_rows", "num_warps")}
+    sizes = {name: int(params[name]) for name in KNOBS.notes}
     if any(v < 1 or v & (v - 1) for v in sizes.values()) or sizes["attn_rows"] < 16:
         raise ValueError(f"triton_tower: every parameter must be a power of two, attn_rows >= 16, got {sizes}")
     return [
         *template_files(files, "triton_tower"),
-        Patch("triton_tower_params.py", "", f'''\
-"""Parameters the triton_tower transform was applied with."""
-BLOCK_N = {sizes["block_n"]}  # output rows per GEMV program
-BLOCK_K = {sizes["block_k"]}  # input columns per unrolled GEMV chunk
-ATTN_ROWS = {sizes["attn_rows"]}  # KV rows per attention tile (a tl.dot operand: >= 16)
-SPLIT_ROWS = {sizes["split_rows"]}  # span rows per attention program (at most MAX_SPLITS per kv head)
-NUM_WARPS = {sizes["num_warps"]}
-'''),
+        KNOBS.patch(sizes),
         replace_once(files, TOWER, "import torch\n", "import os\n\nimport torch\n"),
         replace_once(files, TOWER, _DOC + _EPS, _DOC + """\
     if h.is_cuda or os.environ.get("TRITON_INTERPRET") == "1":  # Triton is imported only where it can run
@@ -59,9 +64,13 @@ triton_tower = Transform(
     feature="codebook_mtp",
     devices=frozenset({"cuda"}),
     proven=frozenset({"cuda"}),
-    knobs=knobs_in("triton_tower_params.py", "block_n", "block_k", "attn_rows", "split_rows", "num_warps"),
+    knobs=KNOBS,
+    templates=("triton_tower",),
     apply=_apply,
-    space={"block_n": (16, 32, 8), "block_k": (512, 256, 1024), "attn_rows": (32, 64, 16),
+    # GEMV tiles fastest first at the frame's shapes on the H200 (scripts/gpu_gemv_bench.py, docs/benchmarks.md
+    # session 8): q|k|v, gate|up and in_proj want (8, 1024, 4 warps), o_proj and down (8, 1024, 8 warps)
+    space={"block_n": (8, 4, 16), "block_k": (1024, 512, 256), "residual_block_n": (8, 4, 16),
+           "residual_block_k": (1024, 512), "residual_warps": (8, 4), "attn_rows": (32, 64, 16),
            "split_rows": (64, 128, 32), "num_warps": (4, 8)},
     requires=("cuda_graph_frame",),
     lesson="On the H200 the 13-layer tower step, CUDA-graphed, took 1.30 ms with these kernels against 2.59 ms "

@@ -20,6 +20,10 @@ Past the untried transforms whose prior beats RETUNE_PRIOR, exploring slots retu
 the lineage (a Triton tile or warp count in its params file) set to another value of its space, since a kept
 engine cannot take the transform again with better parameters. Retunes that failed are avoided by the same
 rule as variants; their lessons, like a leap's, say nothing about the transform.
+
+Before all of those come renewals: a transform of the lineage whose kernel files in templates/ changed since the
+engine took them, brought to today's version and default constants (renew.py). A leap puts the renewals
+of proven transforms first in its stack. A renewal that failed is not retried on the same kernel version.
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ import random
 from dataclasses import dataclass
 
 from knowledge_base.transforms import TRANSFORMS, NotApplicable, Params, Transform
+from knowledge_base.transforms.renew import RENEW, renewal
 from knowledge_base.transforms.retune import RETUNE, retunes
 
 from ..edits import EditError, apply_edits
@@ -39,11 +44,13 @@ class _Choice:
     transform: Transform
     params: Params
     edits: list[FileEdit]
-    retune: bool = False  # params: the one parameter this changes on a transform already in the lineage
+    # RETUNE: params is the one parameter this changes on a transform of the lineage; RENEW: params names the
+    # kernel version it brings that transform to; "": the transform applied with params
+    kind: str = ""
 
     @property
     def label(self) -> str:
-        return (RETUNE if self.retune else "") + self.transform.label(self.params)
+        return self.kind + self.transform.label(self.params)
 
 
 class OfflineAgent:
@@ -80,7 +87,7 @@ class OfflineAgent:
         return Proposal(
             agent=self.name,
             title=title,
-            rationale="\n".join(f"{c.label}: {_RETUNED if c.retune else ''}{c.transform.summary}" for c in chosen),
+            rationale="\n".join(f"{c.label}: {_WHY.get(c.kind, '')}{c.transform.summary}" for c in chosen),
             edits=[e for c in chosen for e in c.edits],
             transforms=[c.transform.name for c in chosen],
         )
@@ -91,13 +98,14 @@ TIMING = ("slower", "noisy")  # verdicts of correct engines: not faster, or not 
 # an estimate: a tile or warp count of one kernel family moves a frame by a few percent; transforms with a higher
 # prior are explored before retunes, the others after
 RETUNE_PRIOR = 1.03
-_RETUNED = "another value of a parameter of this applied transform; "
+_WHY = {RETUNE: "another value of a parameter of this applied transform; ",
+        RENEW: "today's kernel files and default constants of this applied transform; "}
 
 
 def _cites_members(text: str) -> bool:
-    """Whether a failure or lesson speaks for the variants it cites: not a leap's (a stack) or a retune's (a
-    parameter value of an applied transform)."""
-    return not text.startswith((LEAP, RETUNE))
+    """Whether a failure or lesson speaks for the variants it cites: not a leap's (a stack), a retune's (a
+    parameter value of an applied transform) or a renewal's (its kernel version)."""
+    return not text.startswith((LEAP, RETUNE, RENEW))
 
 
 def _failed_text(context: ProposalContext) -> str:
@@ -106,14 +114,14 @@ def _failed_text(context: ProposalContext) -> str:
                       *(f"{x.summary} {x.evidence}" for x in _member_lessons(context) if x.outcome == "failed")])
 
 
-def _banned_text(context: ProposalContext, of_retunes: bool = False) -> str:
-    """The failures whose variants (or, `of_retunes`, retunes) are never proposed again: all but
-    correct-and-not-faster ones measured on another parent (a run's failure lines name no parent; such verdicts
-    are in its lessons too)."""
+def _banned_text(context: ProposalContext, of_kind: str = "") -> str:
+    """The failures whose variants (or, with `of_kind` RETUNE or RENEW, retunes or renewals) are never proposed
+    again: all but correct-and-not-faster ones measured on another parent (a run's failure lines name no parent;
+    such verdicts are in its lessons too)."""
     here = f" on {context.parent_id}:"
 
     def about(text: str) -> bool:
-        return text.startswith(RETUNE) if of_retunes else _cites_members(text)
+        return text.startswith(of_kind) if of_kind else _cites_members(text)
     return "\n".join([*(f for f in context.failures if about(f) and not any(f" ({s}): " in f for s in TIMING)),
                       *(f"{x.summary} {x.evidence}" for x in context.lessons if about(x.summary)
                         and x.outcome == "failed" and (x.verdict not in TIMING or here in x.summary))])
@@ -125,31 +133,55 @@ def _member_lessons(context: ProposalContext) -> list[Lesson]:
 
 
 def _explore_options(context: ProposalContext, ranking: list[tuple[Transform, int]]) -> list[Transform | _Choice]:
-    """What the exploring slots take in turn: untried transforms by prior (all of them if none is untried), with
-    the retunes of the lineage's transforms before those whose prior is under RETUNE_PRIOR."""
+    """What the exploring slots take in turn: renewals, then untried transforms by prior (all of them if none is
+    untried), with the retunes of the lineage's transforms before those whose prior is under RETUNE_PRIOR."""
     fresh = [t for t, score in ranking if score == 0] or [t for t, _ in ranking]
     above = [t for t in fresh if t.prior(context.device) >= RETUNE_PRIOR]
-    return above + _retunes(context) + [t for t in fresh if t not in above]
+    return _renewals(context) + above + _retunes(context) + [t for t in fresh if t not in above]
+
+
+def _lineage(context: ProposalContext) -> list[Transform]:
+    """The lineage's known transforms, highest prior on the device first."""
+    names = sorted({n for n in context.applied_transforms if n in TRANSFORMS},
+                   key=lambda n: (-TRANSFORMS[n].prior(context.device), n))
+    return [TRANSFORMS[n] for n in names]
+
+
+def _fresh(choice: _Choice, context: ProposalContext, banned: str) -> bool:
+    """Whether a retune or renewal was neither tried on this parent nor failed for good, and applies."""
+    if choice.label in banned or _tried(choice.label, context):
+        return False
+    try:
+        apply_edits(context.parent_files, choice.edits)
+    except EditError:
+        return False
+    return True
+
+
+def _renewals(context: ProposalContext) -> list[_Choice]:
+    """The renewal of each lineage transform whose kernel files changed since the parent took them."""
+    banned = _banned_text(context, of_kind=RENEW)
+    found = []
+    for transform in _lineage(context):
+        if (r := renewal(transform, context.parent_files)) is not None:
+            edits = [FileEdit(path=p.path, search=p.search, replace=p.replace) for p in r.patches]
+            choice = _Choice(transform, r.params, edits, RENEW)
+            if _fresh(choice, context, banned):
+                found.append(choice)
+    return found
 
 
 def _retunes(context: ProposalContext) -> list[_Choice]:
     """Each one-parameter change of the lineage's tunable transforms (highest prior first) that applies, was not
     tried on this parent and did not fail for good."""
-    banned = _banned_text(context, of_retunes=True)
-    names = sorted({n for n in context.applied_transforms if n in TRANSFORMS},
-                   key=lambda n: (-TRANSFORMS[n].prior(context.device), n))
+    banned = _banned_text(context, of_kind=RETUNE)
     found = []
-    for name in names:
-        for r in retunes(TRANSFORMS[name], context.parent_files):
+    for transform in _lineage(context):
+        for r in retunes(transform, context.parent_files):
             choice = _Choice(r.transform, {r.param: r.value},
-                             [FileEdit(path=r.patch.path, search=r.patch.search, replace=r.patch.replace)], True)
-            if choice.label in banned or _tried(choice.label, context):
-                continue
-            try:
-                apply_edits(context.parent_files, choice.edits)
-            except EditError:
-                continue
-            found.append(choice)
+                             [FileEdit(path=r.patch.path, search=r.patch.search, replace=r.patch.replace)], RETUNE)
+            if _fresh(choice, context, banned):
+                found.append(choice)
     return found
 
 
@@ -202,9 +234,11 @@ def _tried(title: str, context: ProposalContext) -> bool:
 
 
 def _leap(context: ProposalContext, banned: str) -> list[_Choice]:
-    """The stack of every transform proven on the device with a prior above 1 that the lineage lacks (highest
-    prior first, each after its prerequisites; first variants), if it has at least two and was not tried on this
-    parent; else []."""
+    """The stack of the renewals of the lineage's proven transforms, then every transform proven on the device
+    with a prior above 1 that the lineage lacks (highest prior first, each after its prerequisites; first
+    variants), if it has at least two and was not tried on this parent; else []."""
+    renewed = [c for c in _renewals(context) if context.device in c.transform.proven]
+    files = apply_edits(context.parent_files, [e for c in renewed for e in c.edits])
     have = set(context.applied_transforms)
     pending = sorted((t for t in TRANSFORMS.values() if context.device in t.proven and t.name not in have
                       and t.prior(context.device) > 1.0), key=lambda t: -t.prior(context.device))
@@ -213,7 +247,7 @@ def _leap(context: ProposalContext, banned: str) -> list[_Choice]:
         order.append(ready[0])
         have.add(ready[0].name)
         pending.remove(ready[0])
-    chosen = _stack(order, context.parent_files, banned)
+    chosen = renewed + _stack(order, files, banned)
     if len(chosen) < 2 or _tried(LEAP + _title(chosen), context):
         return []
     return chosen

@@ -69,8 +69,8 @@ def _applied(name: str) -> str:
     t = TRANSFORMS.get(name)
     if t is None or not t.knobs:
         return name
-    knobs = "; ".join(f"{constant} in {path} (tried: {list(t.space[param])})"
-                      for param, (path, constant) in t.knobs.items())
+    knobs = "; ".join(f"{t.knobs.constant(param)} in {t.knobs.path} (tried: {list(t.space[param])})"
+                      for param in t.knobs.notes)
     return f"{name}: its tuning constants are {knobs}"
 
 

@@ -6,6 +6,7 @@ import torch
 from engine_copies import REQUEST, TINY, transformed
 
 from knowledge_base.transforms import TRANSFORMS, Patch, Transform
+from knowledge_base.transforms.renew import RENEW
 from knowledge_base.transforms.retune import RETUNE
 from reference_runtime.teacher_forcing import teacher_forced
 from swarm.agents import AgentError, offline
@@ -182,7 +183,8 @@ def test_on_the_h200_kept_engine_gpu_transforms_are_explored_before_cpu_measured
 def test_on_the_h200_kept_engine_the_first_exploring_slot_leaps_over_the_proven_gpu_transforms(reference_run):
     """The session-5 kept engine and the lessons the H200 runs left about it (docs/measurements/
     2026-12-03_h200_s5_swarm_home.tgz): one candidate stacks what the hand-composed fast stacks had and it lacks
-    (measured on the H200 at 4.66 ms/frame against its 11.8, session 7), once per parent."""
+    (measured on the H200 at 4.66 ms/frame against its 11.8, session 7) and the DeltaNet kernels proven since, once
+    per parent."""
     lineage = ["triton_prefill_moe", "cuda_graph_frame", "triton_deltanet", "triton_fp8_moe", "cuda_graph_prefill"]
     files = transformed(reference_run.files, *((name, next(TRANSFORMS[name].variants())) for name in lineage))
     parent = "drama3-h200-quick-001.i005.s00"
@@ -201,9 +203,12 @@ def test_on_the_h200_kept_engine_the_first_exploring_slot_leaps_over_the_proven_
     leap = propose(0)
     assert leap.title.startswith(offline.LEAP)
     assert set(leap.transforms) == {"inductor_decode_steps", "cuda_graph_codec", "triton_moe_fused", "triton_tower",
-                                    "triton_sampling", "triton_backbone_attention", "graph_topk_sampling"}
+                                    "triton_sampling", "triton_backbone_attention", "graph_topk_sampling",
+                                    "triton_backbone_deltanet"}
     assert TRANSFORMS["triton_moe_fused"].label(fused) not in leap.title  # slower on this very parent
-    assert leap.transforms.index("triton_tower") < leap.transforms.index("triton_backbone_attention")
+    tower = leap.transforms.index("triton_tower")
+    assert tower < leap.transforms.index("triton_backbone_attention") and \
+        tower < leap.transforms.index("triton_backbone_deltanet")
     apply_edits(files, leap.edits)
     assert not propose(1).title.startswith(offline.LEAP)  # the next slot explores one transform
     failed = Lesson(feature="decode_graph", outcome="failed", verdict="mismatch",
@@ -227,7 +232,7 @@ def test_past_the_untried_transforms_worth_more_the_slots_retune_the_lineages_ke
         return OfflineAgent("o").propose(context_for(files, device="cuda", gpu="h200", slot=slot, parent_id=parent,
                                                      lessons=list(lessons), applied_transforms=lineage))
 
-    assert propose(0).transforms == ["triton_backbone_deltanet"]  # unproven, so not leapt over: explored alone
+    assert propose(0).transforms == ["triton_backbone_deltanet"]  # the one proven left: no stack to leap with
     retune = propose(1)
     assert retune.title.startswith(RETUNE) and len(retune.edits) == 1 and retune.transforms[0] in lineage
     apply_edits(files, retune.edits)
@@ -237,3 +242,33 @@ def test_past_the_untried_transforms_worth_more_the_slots_retune_the_lineages_ke
     assert retune.title in {propose(s, [slower.model_copy(update={"summary": slower.summary.replace(
         parent, "elsewhere")})]).title for s in range(1, 3)}
     assert propose(0, [slower]).transforms == ["triton_backbone_deltanet"]
+
+
+def test_a_lineage_with_stale_kernels_is_renewed_first_and_the_leap_carries_the_renewal(reference_run):
+    """The engine the leap kept (session 7) has triton_tower's kernels from before the residual GEMV tiles: the
+    leap renews them under the DeltaNet kernels, the exploring slots renew them alone first, and a renewal that
+    failed on today's kernels is not proposed again (one that failed on other kernels is)."""
+    lineage = ["triton_prefill_moe", "cuda_graph_frame", "triton_deltanet", "triton_fp8_moe", "cuda_graph_prefill",
+               "inductor_decode_steps", "cuda_graph_codec", "triton_moe_fused", "triton_tower", "triton_sampling",
+               "triton_backbone_attention", "graph_topk_sampling"]
+    files = transformed(reference_run.files, *((name, next(TRANSFORMS[name].variants())) for name in lineage))
+    today = files["triton_tower.py"]
+    files["triton_tower.py"] = today.replace("RESIDUAL_", "OLD_")
+    parent = "drama3-h200-lease-001.i001.s00"
+
+    def propose(slot: int, lessons: list[Lesson] = ()):
+        return OfflineAgent("o").propose(context_for(files, device="cuda", gpu="h200", slot=slot, parent_id=parent,
+                                                     lessons=list(lessons), applied_transforms=lineage))
+
+    leap = propose(0)
+    assert leap.title.startswith(offline.LEAP + RENEW + "triton_tower(version=")
+    assert leap.transforms == ["triton_tower", "triton_backbone_deltanet"]
+    assert apply_edits(files, leap.edits)["triton_tower.py"] == today
+    alone = propose(1)
+    assert alone.title.startswith(RENEW) and alone.transforms == ["triton_tower"]
+    failed = Lesson(feature="codebook_mtp", outcome="failed", verdict="mismatch",
+                    summary=f"{alone.title} on {parent}: mismatch: logits differ")
+    assert propose(1, [failed]).title != alone.title
+    older = failed.model_copy(update={"summary": failed.summary.replace("version=", "version=0")})
+    assert propose(1, [older]).title == alone.title
+    assert propose(0, [failed]).transforms == ["triton_backbone_deltanet"]  # no renewal to stack: explored alone

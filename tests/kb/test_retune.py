@@ -1,12 +1,15 @@
-"""Retunes: every tunable transform writes its knobs as the constants a retune edits, a retune changes that one
-line, and a params file a later transform retired offers none."""
+"""Retunes and renewals of an applied transform: every tunable transform writes its knobs as the constants a
+retune edits, a retune changes that one line, and a params file a later transform retired offers none; a renewal
+brings stale kernel files and tuning constants to what applying the transform today writes."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from candidates.repo import engine_files
 from knowledge_base.transforms import TRANSFORMS
-from knowledge_base.transforms.retune import literal, retunes
+from knowledge_base.transforms.base import literal
+from knowledge_base.transforms.renew import renewal, template_version
+from knowledge_base.transforms.retune import retunes
 from swarm.edits import apply_edits
 from swarm.proposal import FileEdit
 
@@ -33,14 +36,51 @@ def test_knobs_are_the_constants_the_transform_writes_and_a_retune_edits_one_lin
         if not t.knobs:  # a prerequisite only
             continue
         offered = retunes(t, files)
-        assert len(offered) == sum(len(t.space[p]) - 1 for p in t.knobs), name  # every other value, once
-        for param, (path, constant) in t.knobs.items():
-            assert f"\n{constant} = {literal(params[param])}" in "\n" + files[path], (name, param)
+        assert len(offered) == sum(len(t.space[p]) - 1 for p in t.knobs.notes), name  # every other value, once
+        path = t.knobs.path
+        for param in t.knobs.notes:
+            assert f"\n{t.knobs.constant(param)} = {literal(params[param])}" in "\n" + files[path], (name, param)
         first = offered[0]
         changed = _apply(files, [first.patch])
-        path = t.knobs[first.param][0]
         diff = [(a, b) for a, b in zip(files[path].splitlines(), changed[path].splitlines()) if a != b]
-        assert len(diff) == 1 and diff[0][1].startswith(f"{t.knobs[first.param][1]} = {literal(first.value)}")
+        assert len(diff) == 1 and diff[0][1].startswith(f"{t.knobs.constant(first.param)} = {literal(first.value)}")
         again = {(r.param, r.value) for r in retunes(t, changed)}
         assert (first.param, first.value) not in again and (first.param, params[first.param]) in again
     assert retunes(TRANSFORMS["triton_fp8_moe"], files) == []  # triton_moe_fused retired its params file
+
+
+def _stacked() -> dict[str, str]:
+    files = engine_files(REFERENCE)
+    for name in STACK:
+        files = _apply(files, TRANSFORMS[name].apply(files, next(TRANSFORMS[name].variants())))
+    return files
+
+
+def test_no_later_transform_edits_a_renewable_transforms_files_so_a_fresh_stack_needs_no_renewal():
+    files = _stacked()
+    renewable = [t for t in TRANSFORMS.values() if t.templates]
+    assert {t.name for t in renewable} <= set(STACK)
+    assert [t.name for t in renewable if renewal(t, files) is not None] == []
+
+
+def test_a_renewal_brings_stale_kernels_and_constants_to_todays_templates_and_defaults():
+    files = _stacked()
+    tower = TRANSFORMS["triton_tower"]
+    today, today_params = files["triton_tower.py"], files["triton_tower_params.py"]
+    # an engine from before the residual GEMV tiles: an older kernel file, fewer constants, one of them retuned
+    files["triton_tower.py"] = today.replace("RESIDUAL_", "OLD_")
+    files["triton_tower_params.py"] = '''"""Parameters the triton_tower transform was applied with."""
+BLOCK_N = 16  # output rows per GEMV program
+BLOCK_K = 512  # input columns per unrolled GEMV chunk
+ATTN_ROWS = 32  # KV rows per attention tile (a tl.dot operand: >= 16)
+SPLIT_ROWS = 128  # span rows per attention program (at most MAX_SPLITS per kv head)
+NUM_WARPS = 4
+'''
+    found = renewal(tower, files)
+    assert found is not None and found.version == template_version(tower) and len(found.version) == 8
+    renewed = _apply(files, found.patches)
+    assert renewed["triton_tower.py"] == today and renewed["triton_tower_params.py"] == today_params
+    assert renewal(tower, renewed) is None
+    assert {p.path for p in found.patches} == {"triton_tower.py", "triton_tower_params.py"}  # nothing else changes
+    del files["triton_tower_params.py"]
+    assert renewal(tower, files) is None  # not applied (or retired): nothing to renew

@@ -47,7 +47,8 @@ GEOMETRIES = {"tiny": (CFG.backbone, torch.float32, 1e-5),
                                            linear_num_value_heads=8, linear_key_head_dim=32,
                                            linear_value_head_dim=32, linear_conv_kernel=3), torch.bfloat16, 2e-2),
               "full": (get_config("drama3").backbone, torch.bfloat16, 2e-2)}
-TILES = {"default": ({}, {}), "small": ({"block_v": 8, "num_warps": 2}, {"block_n": 16, "block_k": 16})}
+TILES = {"default": ({}, {}), "small": ({"block_v": 8, "num_warps": 2, "out_block_n": 16, "out_block_k": 16,
+                                        "out_warps": 2}, {"block_n": 16, "block_k": 16})}
 CASES = [(g, t) for g in sorted(GEOMETRIES) for t in sorted(TILES) if (g, t) != ("full", "small")]
 
 

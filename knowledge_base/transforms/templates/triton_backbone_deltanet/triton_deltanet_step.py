@@ -6,7 +6,8 @@ as three Triton kernels instead of ~40 torch kernels, because the captured frame
     rule on the (dk, BV) fp32 state tile, writing the head's output slice;
 (3) out: every program recomputes the gated RMSNorm of each head's output (the GEMV's input chunks are whole
     heads, so a head's RMS comes from the values its chunk loads anyway), then its rows of out_proj plus the
-    residual. Its programs also advance the conv window: programs of (2) that share a key head read the same q/k
+    residual, the products accumulated elementwise and reduced once after the last chunk (as triton_tower's
+    residual GEMV: a reduction per chunk halved the bandwidth of this shape on the H200). Its programs also advance the conv window: programs of (2) that share a key head read the same q/k
     conv rows, so no program of (2) may shift them, and (3) starts only after all of (2) has read them.
 Sums in fp32; values are rounded to the activation dtype wherever the torch step rounds them.
 """
@@ -20,10 +21,8 @@ from reference_runtime.config import BackboneConfig
 
 from .decode_weights import LayerWeights
 from .kv_cache import DeltaNetState
-from .triton_deltanet_step_params import BLOCK_V, NUM_WARPS
+from .triton_deltanet_step_params import BLOCK_V, NUM_WARPS, OUT_BLOCK_K, OUT_BLOCK_N, OUT_WARPS
 from .triton_tower import _block, _check, norm_gemv
-from .triton_tower_params import BLOCK_K, BLOCK_N
-from .triton_tower_params import NUM_WARPS as GEMV_WARPS
 
 
 @triton.jit
@@ -86,7 +85,7 @@ def _out_kernel(o_ptr, z_ptr, gamma_ptr, w_ptr, res_ptr, y_ptr, conv_ptr, new_pt
     dt = y_ptr.dtype.element_ty
     rows = program * BN + tl.arange(0, BN)
     gamma = tl.load(gamma_ptr + tl.arange(0, DV)).to(tl.float32)
-    acc = tl.zeros((BN,), tl.float32)
+    acc = tl.zeros((BN, HB, DV), tl.float32)
     for c in tl.static_range(NV // HB):  # unrolled: the chunks' weight loads are independent
         cols = (c * HB + tl.arange(0, HB))[:, None] * DV + tl.arange(0, DV)[None, :]  # (HB heads, DV)
         o = tl.load(o_ptr + cols).to(tl.float32)
@@ -94,8 +93,9 @@ def _out_kernel(o_ptr, z_ptr, gamma_ptr, w_ptr, res_ptr, y_ptr, conv_ptr, new_pt
         normed = o * tl.rsqrt(tl.sum(o * o, axis=1) / DV + eps)[:, None] * gamma[None, :]
         a = (normed * (z / (1.0 + tl.exp(-z)))).to(dt).to(tl.float32)
         w = tl.load(w_ptr + rows[:, None, None] * (NV * DV) + cols[None, :, :]).to(tl.float32)  # (BN, HB, DV)
-        acc += tl.sum(tl.sum(w * a[None, :, :], axis=2), axis=1)
-    tl.store(y_ptr + rows, (tl.load(res_ptr + rows).to(tl.float32) + acc.to(dt).to(tl.float32)).to(dt))
+        acc += w * a[None, :, :]
+    out = tl.sum(tl.sum(acc, axis=2), axis=1)
+    tl.store(y_ptr + rows, (tl.load(res_ptr + rows).to(tl.float32) + out.to(dt).to(tl.float32)).to(dt))
 
 
 def deltanet_step(x: torch.Tensor, lw: LayerWeights, cfg: BackboneConfig, state: DeltaNetState) -> torch.Tensor:
@@ -115,10 +115,10 @@ def deltanet_step(x: torch.Tensor, lw: LayerWeights, cfg: BackboneConfig, state:
     bv = _block(dv, BLOCK_V)
     _step_kernel[(nv, dv // bv)](proj, state.conv, w.conv, w.neg_a, w.dt_bias, state.recurrent, o, dk ** -0.5,
                                  nk, nv, dk, dv, kernel, bv, num_warps=NUM_WARPS)
-    bn = _block(hidden, BLOCK_N)
+    bn = _block(hidden, OUT_BLOCK_N)
     programs = hidden // bn
     y = torch.empty_like(x)
     _out_kernel[(programs,)](o, proj[channels:], w.norm, w.out_proj, x, y, state.conv, proj, cfg.rms_norm_eps,
                              nv, dv, channels, kernel, triton.next_power_of_2(triton.cdiv(channels, programs)), bn,
-                             _block(nv, max(1, BLOCK_K // dv)), num_warps=GEMV_WARPS)
+                             _block(nv, max(1, OUT_BLOCK_K // dv)), num_warps=OUT_WARPS)
     return y

@@ -25,7 +25,8 @@ from .attention import AttentionGeometry
 from .decode_ops import RopeTable
 from .decode_weights import AttnWeights, Projection, TowerLayerWeights
 from .static_state import StaticKVCache
-from .triton_tower_params import ATTN_ROWS, BLOCK_K, BLOCK_N, NUM_WARPS, SPLIT_ROWS
+from .triton_tower_params import (ATTN_ROWS, BLOCK_K, BLOCK_N, NUM_WARPS, RESIDUAL_BLOCK_K, RESIDUAL_BLOCK_N,
+                                  RESIDUAL_WARPS, SPLIT_ROWS)
 
 MAX_SPLITS = 32  # one program merges a kv head's splits: with more, that serial tail outgrows the split work
 
@@ -108,14 +109,17 @@ def _norm_gemv_kernel(x_ptr, gain_ptr, w0_ptr, w1_ptr, w2_ptr, out_ptr, eps, K: 
 def _residual_gemv_kernel(a_ptr, w_ptr, res_ptr, y_ptr, gain_ptr, out_ptr, ticket_ptr, eps, K: tl.constexpr,
                           N: tl.constexpr, FINAL_NORM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                           NK: tl.constexpr):
-    """y = res + w @ a; with FINAL_NORM the last program also writes out = RMSNorm(y) (gain_ptr)."""
+    """y = res + w @ a; with FINAL_NORM the last program also writes out = RMSNorm(y) (gain_ptr). The (BN, BK)
+    products accumulate elementwise and are reduced once, after the last chunk: a reduction per chunk, as the
+    norm GEMVs do, ran these wide-K shapes at half the bandwidth on the H200 (scripts/gpu_gemv_bench.py)."""
     rows = tl.program_id(0) * BN + tl.arange(0, BN)
-    acc = tl.zeros((BN,), tl.float32)
+    acc = tl.zeros((BN, BK), tl.float32)
     for c in tl.static_range(K // BK):
         cols = c * BK + tl.arange(0, BK)
-        acc += _rows_dot(w_ptr, rows, cols, tl.load(a_ptr + cols).to(tl.float32), K)
+        w = tl.load(w_ptr + rows[:, None] * K + cols[None, :]).to(tl.float32)
+        acc += w * tl.load(a_ptr + cols).to(tl.float32)[None, :]
     dt = y_ptr.dtype.element_ty
-    tl.store(y_ptr + rows, (tl.load(res_ptr + rows).to(tl.float32) + acc.to(dt).to(tl.float32)).to(dt))
+    tl.store(y_ptr + rows, (tl.load(res_ptr + rows).to(tl.float32) + tl.sum(acc, axis=1).to(dt).to(tl.float32)).to(dt))
     if FINAL_NORM:
         if _last(ticket_ptr, tl.num_programs(0)):  # .cg: the other programs' rows, from L2
             rstd = _rstd(y_ptr, N, NK, eps, ".cg")
@@ -302,12 +306,13 @@ def residual_gemv(a: torch.Tensor, mat: torch.Tensor, res: torch.Tensor, final: 
     """res + mat @ a (1, hidden) in res's dtype; with final = (gain, eps), RMSNorm of that sum."""
     _check(a, mat, res)
     hidden, k = mat.shape
-    bn = _block(hidden, BLOCK_N)
+    bn = _block(hidden, RESIDUAL_BLOCK_N)
     y = torch.empty_like(res)
     out = torch.empty_like(res) if final else y
     gain, eps = final or (res, 0.0)  # unread without the final norm
     _residual_gemv_kernel[(hidden // bn,)](a, mat, res, y, gain, out, ticket, eps, k, hidden, final is not None, bn,
-                                           _block(k, BLOCK_K), _block(hidden, BLOCK_K), num_warps=NUM_WARPS)
+                                           _block(k, RESIDUAL_BLOCK_K), _block(hidden, BLOCK_K),
+                                           num_warps=RESIDUAL_WARPS)
     return out
 
 

@@ -1,0 +1,59 @@
+"""Renewing a transform already in an engine's lineage: its kernel files and tuning constants brought to what
+applying it today would write.
+
+A kept engine carries the kernel files of the day its transform was applied, and applying the transform again is
+refused; without a renewal, a faster kernel written later reaches only engines that never had the transform. A
+renewal replaces each of the transform's template files that differs from today's, and rewrites its params file
+with today's default values: tiles are tuned for the kernels they drive, so the engine's old constants (possibly
+retuned for the old kernels) are no guide for the new ones; retunes start again from the defaults. It goes through
+the same strict edit path as any proposal, so the evaluator judges it like any candidate. Only transforms that
+declare `templates` renew: files no other transform edits, so a whole-file replacement loses no later edit.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from .base import TEMPLATES, Files, Params, Patch, Transform
+
+RENEW = "renew "  # the title prefix of a renewal: RENEW + transform.label({"version": ...})
+
+
+@dataclass(frozen=True, slots=True)
+class Renewal:
+    transform: Transform
+    version: str  # a digest of today's template files, so a renewal that failed is not retried on the same kernels
+    patches: list[Patch]
+
+    @property
+    def params(self) -> Params:
+        return {"version": self.version}
+
+
+def _sources(transform: Transform) -> dict[str, str]:
+    return {asset.name: asset.read_text() for folder in transform.templates
+            for asset in sorted((TEMPLATES / folder).glob("*.py"))}
+
+
+def template_version(transform: Transform) -> str:
+    digest = hashlib.sha256()
+    for name, source in sorted(_sources(transform).items()):
+        digest.update(f"{name}\0{source}\0".encode())
+    return digest.hexdigest()[:8]
+
+
+def renewal(transform: Transform, files: Files) -> Renewal | None:
+    """The patches that bring `transform`'s files in `files` to today's version; None when the engine has them
+    already, when the transform is not applied (its params file is absent: never applied, or retired by a later
+    transform), or when it declares no templates or knobs (whose params file says it is applied)."""
+    if not transform.templates or transform.knobs is None or transform.knobs.path not in files:
+        return None
+    patches = [Patch(name, files.get(name, ""), source) for name, source in _sources(transform).items()
+               if files.get(name) != source]
+    if not patches:
+        return None
+    old = files[transform.knobs.path]
+    new = transform.knobs.text(next(transform.variants()))
+    if new != old:
+        patches.append(Patch(transform.knobs.path, old, new))
+    return Renewal(transform, template_version(transform), patches)
