@@ -106,9 +106,7 @@ def check_logits(config: Drama3Config, prompt: str, ref: Logits, cand: Logits, f
             evidence.append(Evidence(check="teacher_forced", prompt=prompt, frame=f, codebook=k,
                                      message="non-finite logits (NaN/Inf)"))
             return None, evidence
-    excess = torch.stack([((c - r).abs() - (tol.logit_atol + tol.logit_rtol * r.abs())).max(dim=-1).values
-                          for r, c in zip(refs, cands)], dim=1)  # (F, 10)
-    abs_err = torch.stack([(c - r).abs().max(dim=-1).values for r, c in zip(refs, cands)], dim=1)
+    excess, abs_err = _excess(refs, cands, tol)
     f, k = divmod(int(excess.argmax()), excess.shape[1])
     if excess[f, k] > 0:
         evidence.append(Evidence(check="teacher_forced", prompt=prompt, frame=f, codebook=k,
@@ -119,8 +117,7 @@ def check_logits(config: Drama3Config, prompt: str, ref: Logits, cand: Logits, f
         f = int(eos_err.argmax())
         evidence.append(Evidence(check="teacher_forced", prompt=prompt, frame=f, codebook=0,
                                  value=float(eos_err[f]), limit=tol.eos_logit_atol, message="EOS logit differs"))
-    top1 = torch.stack([r.argmax(-1) == c.argmax(-1) for r, c in zip(refs, cands)], dim=1).float()
-    top5 = torch.stack([_mutual_top5(r, c) for r, c in zip(refs, cands)], dim=1).float()
+    top1, top5 = _agreement(refs, cands)
     for name, agree, need in (("top-1", top1, tol.top1_agreement), ("top-5", top5, tol.top5_agreement)):
         if agree.mean() < need:
             f, k = divmod(int(agree.argmin()), agree.shape[1])
@@ -135,6 +132,48 @@ def check_logits(config: Drama3Config, prompt: str, ref: Logits, cand: Logits, f
     stats = LogitStats(max_abs_err=float(abs_err.max()), top1=float(top1.mean()), top5=float(top5.mean()),
                        eos_max_err=float(eos_err.max()))
     return stats, evidence
+
+
+def no_worse(config: Drama3Config, ref: Logits, cand: Logits, base: Logits, frames: torch.Tensor,
+             sampling: SamplingParams | None, tol: ToleranceSpec) -> bool:
+    """Whether the candidate's teacher-forced logits are nowhere further from the oracle's than the baseline's on
+    the same prompt, frames and seed: at every (frame, codebook) where the candidate exceeds the logit tolerance
+    the baseline exceeds it at least as much, an EOS error over its tolerance is at most the baseline's worst, a
+    top-1 or top-5 agreement under its threshold at least the baseline's, and every oracle token lies in its
+    sampling support (never inherited).
+    Anchored to the oracle at each step, so errors inherited this way cannot grow along a lineage."""
+    refs, cands, bases = (per_codebook(config, x) for x in (ref, cand, base))
+    if not all(torch.isfinite(c).all() for c in cands):
+        return False
+    cand_excess, _ = _excess(refs, cands, tol)
+    base_excess, _ = _excess(refs, bases, tol)
+    over = cand_excess > 0
+    if (cand_excess[over] > base_excess[over]).any():
+        return False
+    if (cand.main[:, 0] - ref.main[:, 0]).abs().max() > max(tol.eos_logit_atol,
+                                                            float((base.main[:, 0] - ref.main[:, 0]).abs().max())):
+        return False
+    needs = (tol.top1_agreement, tol.top5_agreement)
+    if any(c.mean() < min(need, b.mean()) for c, b, need in zip(_agreement(refs, cands), _agreement(refs, bases),
+                                                                 needs)):
+        return False
+    return not (sampling and outside_support(config, cand, frames, sampling, tol).any())
+
+
+def _excess(refs: list[torch.Tensor], cands: list[torch.Tensor],
+            tol: ToleranceSpec) -> tuple[torch.Tensor, torch.Tensor]:
+    """(F, 10) each: the worst |logit error| minus its allowance (> 0: out of tolerance), and the worst error."""
+    excess = torch.stack([((c - r).abs() - (tol.logit_atol + tol.logit_rtol * r.abs())).max(dim=-1).values
+                          for r, c in zip(refs, cands)], dim=1)
+    abs_err = torch.stack([(c - r).abs().max(dim=-1).values for r, c in zip(refs, cands)], dim=1)
+    return excess, abs_err
+
+
+def _agreement(refs: list[torch.Tensor], cands: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(F, 10) float each: top-1 agreement, mutual top-5 agreement."""
+    top1 = torch.stack([r.argmax(-1) == c.argmax(-1) for r, c in zip(refs, cands)], dim=1).float()
+    top5 = torch.stack([_mutual_top5(r, c) for r, c in zip(refs, cands)], dim=1).float()
+    return top1, top5
 
 
 def _mutual_top5(r: torch.Tensor, c: torch.Tensor) -> torch.Tensor:

@@ -3,11 +3,16 @@
 Component parity (codec on random codes, prefill logits of a random prompt) -> teacher forcing along frames the
 oracle sampled for held-out secret prompts (the gate) -> codec parity on those frames -> free-running agreement
 (reported, not gated) -> the candidate's stream equals its own generate. Expected tensors stay in the judge (E8).
+
+A teacher-forced failure is the candidate's unless its baseline, a kept engine, fails the same prompt at least as
+badly (compare.no_worse): then the error is the lineage's, in code the candidate did not change (a prefill path
+that a decode-kernel candidate inherits, say), and the candidate passes that prompt with a note naming it.
 """
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 
@@ -18,7 +23,7 @@ from reference_runtime.tokenizer import load_tokenizer
 from targets.schema import Target
 
 from .channel import describe, tensor_or_none
-from .compare import Logits, LogitStats, check_logits, check_waveform
+from .compare import Logits, LogitStats, check_logits, check_waveform, no_worse
 from .inputs import held_out_requests, prompt_label, random_codes, random_frame, sentence
 from .sandbox import Deadline, Pool, Worker
 from .streams import check_stream, stream_once
@@ -55,6 +60,7 @@ class CorrectnessReport:
     free_running: list[int]
     stats: list[LogitStats]
     level: AudioLevel
+    inherited: list[Evidence] = field(default_factory=list)  # teacher-forced failures the baseline shares
 
     def summary(self, logit_atol: float) -> Evidence:
         """How close the candidate came, for a verdict that passed the gate."""
@@ -65,8 +71,13 @@ class CorrectnessReport:
 
 
 class Cascade:
-    def __init__(self, pool: Pool, oracle: Worker, candidate: Worker, target: Target, rng: random.Random):
+    def __init__(self, pool: Pool, oracle: Worker, candidate: Worker, target: Target, rng: random.Random,
+                 baseline: Callable[[], Worker] | None = None):
+        """`baseline`: the baseline engine's worker, started on first call; None when the baseline is the
+        reference (whose failures are never inherited)."""
         self.pool, self.oracle, self.candidate, self.rng = pool, oracle, candidate, rng
+        self.baseline = baseline
+        self.inherited: list[Evidence] = []
         self.config: Drama3Config = get_config(target.model.config)
         self.tol = target.tolerances
         self.schedule = StreamSchedule(first_chunk_frames=target.benchmark.first_chunk_frames)
@@ -84,7 +95,7 @@ class Cascade:
         free_running = [self.free_running_and_stream(label, r, g["frames"], deadline)
                         for label, r, g in zip(labels, requests, oracle_runs)]
         level = AudioLevel.of(torch.cat([g["audio"] for g in oracle_runs]), self.config.codec.frame_samples)
-        return CorrectnessReport(free_running=free_running, stats=stats, level=level)
+        return CorrectnessReport(free_running=free_running, stats=stats, level=level, inherited=self.inherited)
 
     def component_parity(self, deadline: Deadline) -> None:
         codes = random_codes(self.config, self.rng, self.rng.randint(*CODEC_PARITY_FRAMES))
@@ -103,7 +114,14 @@ class Cascade:
         sampling = request.sampling if drawn else None
         stats, evidence = check_logits(self.config, label, ref, cand, frames, sampling, self.tol)
         if evidence:
-            raise Rejected(Status.MISMATCH, evidence)
+            if stats is None or self.baseline is None:
+                raise Rejected(Status.MISMATCH, evidence)
+            base = self._logits(self.baseline(), rows, frames, seed, deadline)
+            if not no_worse(self.config, ref, cand, base, frames, sampling, self.tol):
+                raise Rejected(Status.MISMATCH, evidence)
+            self.inherited.append(evidence[0].model_copy(update={"message": (
+                f"inherited: {evidence[0].message}; the baseline engine fails this prompt at least as badly "
+                "wherever this candidate does, so the error is the lineage's, not this change's")}))
         return stats
 
     def codec_parity(self, label: str, codes: torch.Tensor, ref_audio: torch.Tensor, deadline: Deadline) -> None:

@@ -83,6 +83,7 @@ class _Evaluation:
         self.stages: dict[str, float] = {}
         self.ready: Ready | None = None
         self.verdict_fields: dict = {}
+        self._baseline_worker: Worker | None = None
 
     def run(self) -> Verdict:
         status, summary = Status.CRASH, ""
@@ -130,17 +131,16 @@ class _Evaluation:
         if self.ready.fingerprint != oracle_ready.fingerprint:
             raise Rejected(Status.MISMATCH, [Evidence(check="weights", message=(
                 f"weights fingerprint {self.ready.fingerprint} differs from the oracle's {oracle_ready.fingerprint}"))])
+        kept_baseline = self.baseline_dir.resolve() != REFERENCE_DIR
         with self.stage("correctness", t.timeouts.correctness_s) as deadline:
-            report = Cascade(self.pool, oracle, candidate, t, self.rng).run(deadline)
+            report = Cascade(self.pool, oracle, candidate, t, self.rng,
+                             self._baseline if kept_baseline else None).run(deadline)
         self.verdict_fields["free_running_agreement_frames"] = report.free_running
+        self.evidence += report.inherited
         self.evidence.append(report.summary(t.tolerances.logit_atol))
         if self.correctness_only:
             return Status.CORRECT, f"correct (not timed): {self.evidence[-1].message}"
-        baseline = oracle
-        if self.baseline_dir.resolve() != REFERENCE_DIR:
-            with self.stage("baseline_build", t.timeouts.build_s) as deadline:
-                baseline = self.pool.start("baseline", self.baseline_dir)
-                _trusted(self.pool.use(baseline).ready, deadline)
+        baseline = self._baseline() if kept_baseline else oracle
         with self.stage("benchmark", t.timeouts.benchmark_s) as deadline:
             bench = Benchmark(self.pool, baseline, candidate, t, self.rng, report.level)
             trials = bench.run(deadline)
@@ -165,6 +165,16 @@ class _Evaluation:
                 self.evidence.append(result)
             else:
                 self.verdict_fields[f"{role}_profile"] = result
+
+    def _baseline(self) -> Worker:
+        """The baseline engine's worker, started on first use: by the benchmark, or earlier by the correctness
+        cascade to tell whether a mismatch is inherited."""
+        if self._baseline_worker is None:
+            with self.stage("baseline_build", self.target.timeouts.build_s) as deadline:
+                worker = self.pool.start("baseline", self.baseline_dir)
+                _trusted(self.pool.use(worker).ready, deadline)
+            self._baseline_worker = worker
+        return self._baseline_worker
 
     def _start(self, role: str, package_dir: Path) -> Worker:
         try:

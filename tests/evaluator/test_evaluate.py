@@ -64,3 +64,27 @@ def test_calibration_measures_the_baseline_against_itself(tiny_target, tmp_path)
     assert calibration.pairs == tiny_target.benchmark.warm_trials * len(tiny_target.benchmark.prompts)
     assert calibration.ci_low <= calibration.speedup <= calibration.ci_high
     assert calibration.rel_iqr >= 0
+
+
+def test_a_mismatch_the_kept_baseline_shares_is_inherited_and_a_new_one_is_not(tiny_target, tmp_path):
+    """A kept baseline that slipped past the gate (its final norm's eps off): a candidate that changes nothing on
+    that path fails the same prompts exactly as badly, so it passes with a note that names the inherited error;
+    one that also scales a code head adds an error of its own, a mismatch; so is the first one against the
+    reference as its baseline."""
+    eps_edit = WRONG["backbone_norm_eps"][0]
+    head = "logits.append(F.linear(x, self.heads[k - 1]).float())"
+    baseline = make_candidate(tmp_path, eps_edit, name="baseline")
+    same = make_candidate(tmp_path, eps_edit | {"tower.py": (head, head + "  # the same math")}, name="same")
+    worse = make_candidate(tmp_path, eps_edit | WRONG["code5_head_scaled"][0], name="worse")
+
+    def verdict(candidate, base, name):
+        return evaluate(candidate, tiny_target, baseline_dir=base, work_dir=tmp_path / f"work_{name}", secret_seed=7,
+                        correctness_only=True)
+    inherited = verdict(same, baseline, "same")
+    assert inherited.status == Status.CORRECT, inherited.summary
+    notes = [e for e in inherited.evidence if e.message.startswith("inherited: ")]
+    assert notes and notes[0].check == "teacher_forced" and notes[0].value > notes[0].limit
+    assert "baseline_build" in inherited.stage_seconds
+    assert verdict(worse, baseline, "worse").status == Status.MISMATCH
+    alone = verdict(same, REFERENCE_DIR, "alone")
+    assert alone.status == Status.MISMATCH and not any(e.message.startswith("inherited") for e in alone.evidence)
