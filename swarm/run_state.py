@@ -101,13 +101,14 @@ def baseline_engine(kb: KnowledgeStore, run: RunRecord) -> ParentEngine:
 
 
 def lineage_transforms(kb: KnowledgeStore, engine_id: str) -> list[str]:
-    """Transforms applied along the kept-engine chain from the reference to `engine_id`, oldest first."""
+    """Transforms applied along the kept-engine chain from the reference to `engine_id`, oldest first, each once
+    (a retune or renewal names a transform the chain already has)."""
     transforms: list[str] = []
     while engine_id != REFERENCE_ID:
         candidate = kb.candidate(engine_id)
         transforms = json.loads(candidate.proposal_json).get("transforms", []) + transforms
         engine_id = candidate.parent_id
-    return transforms
+    return list(dict.fromkeys(transforms))
 
 
 def secret_seed(run: RunRecord, candidate: str) -> int:
