@@ -3,7 +3,8 @@
     python -m reference_runtime.bench --config drama3-tiny --device cpu --frames 24 --trials 20 [--json out.json]
 
 Each trial streams one request with ignore_eos and a fixed frame count (so the work cannot shrink), first chunk
-after 1 frame. `measure_trial` is the reusable per-trial measurement.
+after 1 frame. `measure_trial` is the reusable per-trial measurement; `graph_ms` times GPU work replayed as a
+CUDA graph (the GPU scripts and tests time kernels and steps with it).
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import argparse
 import json
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
@@ -22,6 +24,27 @@ from .prompt import build_rows
 from .weights import init_weights
 
 REFERENCE_SECONDS = 3.9  # the voice prompt's reference length (84 frames at 21.5 frames/s)
+
+
+def graph_ms(step: Callable[[], None], replays: int = 200) -> float:
+    """Mean ms of one replay of `step` captured as a CUDA graph."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):  # compiles the kernels before capture
+            step()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(replays):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / replays
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from knowledge_base.transforms.triton_tower import triton_tower
+from reference_runtime.bench import graph_ms
 from scripts.gpu_fast_check import import_package, recipe_files
 
 DEVICE = torch.device("cuda")
@@ -71,21 +72,7 @@ class Row:
 
 def _graph_us(launches: list[Callable[[], None]], replays: int = 20) -> float:
     """Mean us per launch of `launches` captured in one CUDA graph."""
-    for launch in launches:  # compiles before capture
-        launch()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for launch in launches:
-            launch()
-    graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(replays):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) * 1000 / (replays * len(launches))
+    return graph_ms(lambda: [launch() for launch in launches], replays) * 1000 / len(launches)
 
 
 def _launches(kernels, shape: Shape, tiles: tuple[int, int, int] | None, kernel: str) -> list[Callable[[], None]]:

@@ -69,12 +69,13 @@ class OfflineAgent:
         title = _title(chosen)
         if not chosen:  # explore
             k = context.slot - (1 if good else 0)
-            leap = _leap(context, banned)
+            renewals = _renewals(context)
+            leap = _leap(context, banned, renewals)
             if k == 0 and leap:
                 chosen, title = leap, LEAP + _title(leap)
             else:
                 k -= 1 if leap else 0
-                options = _explore_options(context, ranking)
+                options = _explore_options(context, ranking, renewals)
                 n = len(options)
                 order = options[k % n:] + options[:k % n] if n else []
                 first = next((c for o in order if (c := o if isinstance(o, _Choice) else
@@ -132,12 +133,13 @@ def _member_lessons(context: ProposalContext) -> list[Lesson]:
     return [x for x in context.lessons if _cites_members(x.summary)]
 
 
-def _explore_options(context: ProposalContext, ranking: list[tuple[Transform, int]]) -> list[Transform | _Choice]:
+def _explore_options(context: ProposalContext, ranking: list[tuple[Transform, int]],
+                     renewals: list[_Choice]) -> list[Transform | _Choice]:
     """What the exploring slots take in turn: renewals, then untried transforms by prior (all of them if none is
     untried), with the retunes of the lineage's transforms before those whose prior is under RETUNE_PRIOR."""
     fresh = [t for t, score in ranking if score == 0] or [t for t, _ in ranking]
     above = [t for t in fresh if t.prior(context.device) >= RETUNE_PRIOR]
-    return _renewals(context) + above + _retunes(context) + [t for t in fresh if t not in above]
+    return renewals + above + _retunes(context) + [t for t in fresh if t not in above]
 
 
 def _lineage(context: ProposalContext) -> list[Transform]:
@@ -233,11 +235,11 @@ def _tried(title: str, context: ProposalContext) -> bool:
         or any(text.startswith(title + " (") for text in context.failures)
 
 
-def _leap(context: ProposalContext, banned: str) -> list[_Choice]:
+def _leap(context: ProposalContext, banned: str, renewals: list[_Choice]) -> list[_Choice]:
     """The stack of the renewals of the lineage's proven transforms, then every transform proven on the device
     with a prior above 1 that the lineage lacks (highest prior first, each after its prerequisites; first
     variants), if it has at least two and was not tried on this parent; else []."""
-    renewed = [c for c in _renewals(context) if context.device in c.transform.proven]
+    renewed = [c for c in renewals if context.device in c.transform.proven]
     files = apply_edits(context.parent_files, [e for c in renewed for e in c.edits])
     have = set(context.applied_transforms)
     pending = sorted((t for t in TRANSFORMS.values() if context.device in t.proven and t.name not in have

@@ -34,7 +34,7 @@ def proposal_prompt(context: ProposalContext) -> str:
         acceptance=context.acceptance or "(none)",
         failures=_bullets(context.failures),
         lessons=_lessons(context.lessons),
-        applied_transforms=_bullets([_applied(name) for name in dict.fromkeys(context.applied_transforms)]),
+        applied_transforms=_bullets([_applied(name) for name in context.applied_transforms]),
         device=context.device,
         catalogue=_catalogue(context),
         files=_files(context.parent_files),

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import itertools
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -100,24 +99,3 @@ def assert_bf16_close(got: torch.Tensor, want: torch.Tensor, tol: float = 2e-2) 
     scale = want.abs().max().item()
     assert got.dtype == want.dtype == torch.bfloat16 and scale > 0
     torch.testing.assert_close(got.float(), want.reshape(got.shape).float(), atol=tol * min(scale, 1.0), rtol=tol)
-
-
-def graph_ms(step: Callable[[], None], replays: int = 200) -> float:
-    """Mean ms of one replay of `step` captured as a CUDA graph."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):  # compiles the kernels before capture
-            step()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
-    graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(replays):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / replays

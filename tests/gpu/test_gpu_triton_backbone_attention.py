@@ -11,13 +11,13 @@ from gpu_engines import (
     assert_bf16_close,
     assert_passes_gate,
     config_named,
-    graph_ms,
     kv_caches,
     mid_config,
     mixer_packages,
 )
 
 from knowledge_base.transforms import TRANSFORMS
+from reference_runtime.bench import graph_ms
 from reference_runtime.model import build_engine
 from reference_runtime.weights import init_weights
 

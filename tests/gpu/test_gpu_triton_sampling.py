@@ -9,13 +9,14 @@ import importlib
 
 import pytest
 import torch
-from gpu_engines import SAMPLING_STACK, assert_passes_gate, config_named, graph_ms
+from gpu_engines import SAMPLING_STACK, assert_passes_gate, config_named
 
 from knowledge_base.transforms import TRANSFORMS
 from knowledge_base.transforms.cuda_graph_frame import cuda_graph_frame
 from knowledge_base.transforms.sampling import graph_topk_sampling
 from knowledge_base.transforms.triton_sampling import triton_sampling
 from reference_runtime.api import SamplingParams, TTSRequest
+from reference_runtime.bench import graph_ms
 from reference_runtime.config import get_config
 from reference_runtime.model import build_engine
 from reference_runtime.weights import init_weights

@@ -11,13 +11,14 @@ from collections.abc import Callable
 import pytest
 import torch
 import torch.nn.functional as F
-from gpu_engines import (SAMPLING_STACK, assert_bf16_close, assert_passes_gate, config_named, graph_ms, kv_caches,
+from gpu_engines import (SAMPLING_STACK, assert_bf16_close, assert_passes_gate, config_named, kv_caches,
                          mid_config)
 
 from knowledge_base.transforms import TRANSFORMS
 from knowledge_base.transforms.cuda_graph_frame import cuda_graph_frame
 from knowledge_base.transforms.inductor_steps import inductor_decode_steps
 from knowledge_base.transforms.triton_tower import triton_tower
+from reference_runtime.bench import graph_ms
 from reference_runtime.model import build_engine
 from reference_runtime.weights import init_weights
 
