@@ -36,12 +36,14 @@ def _swarm(*args: str) -> subprocess.Popen:
 @pytest.mark.slow
 def test_swarm_run_keeps_a_faster_engine_and_survives_kill_9(tmp_path):
     data = load_target(ROOT / "targets" / "drama3_cpu.yaml").model_dump(mode="json")
-    # The demo target, cut to what two CPU cores evaluate in about a minute per candidate.
-    data["benchmark"] |= {"prompts": data["benchmark"]["prompts"][:1], "frames": 12, "warm_trials": 6,
+    # The demo target, cut to what two CPU cores evaluate in about a minute per candidate. Two iterations of 12
+    # paired trials rather than four of 6: with 6 pairs the A/A band alone reached 1.24x on a noisy 2-core
+    # machine, above the 1.1-1.2x the offline proposer's first stacks measure, so nothing was kept.
+    data["benchmark"] |= {"prompts": data["benchmark"]["prompts"][:1], "frames": 12, "warm_trials": 12,
                           "warmup_trials": 1}
     data["tolerances"] |= {"prompts": 1, "frames": 6}
     data |= {"agents": [{"provider": "offline", "count": 1}], "candidates_per_iteration": 2, "acceptance": {},
-             "budget": {"iterations": 4, "wall_minutes": 20}}
+             "budget": {"iterations": 2, "wall_minutes": 20}}
     target_file = tmp_path / "cpu.yaml"
     target_file.write_text(yaml.safe_dump(data))
     run_id = f"{data['name']}-001"
