@@ -92,11 +92,13 @@ def _fresh_uid() -> int | None:
     return uid
 
 
-def _environment(visible_gpus: str | None) -> dict[str, str]:
+def _environment(visible_gpus: str | None, cpu_threads: int | None) -> dict[str, str]:
     """An allow-list (no API keys or tokens); HOME and TMPDIR become the private tmp in confine()."""
     env = {k: v for k, v in os.environ.items() if k in PASS_ENV}
     if visible_gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = visible_gpus
+    if cpu_threads is not None:  # read by torch's and oneDNN's OpenMP pools when they start
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(cpu_threads)
     # The harness's own PYTHONPATH entries follow the repo: packages installed with `pip --target` must be
     # importable by the worker exactly as by the harness.
     path = os.pathsep.join([str(REPO_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
@@ -133,7 +135,7 @@ class Worker:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "evaluator.worker", "--fd-in", str(to_child_r), "--fd-out", str(from_child_w)],
                 pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                env=_environment(devices.visible), cwd=tmp, start_new_session=True, close_fds=True)
+                env=_environment(devices.visible, target.hardware.cpu_threads), cwd=tmp, start_new_session=True, close_fds=True)
         finally:
             for fd in (to_child_r, from_child_w, log):
                 os.close(fd)

@@ -217,7 +217,9 @@ def _error_reply(e: BaseException) -> dict:
 
 
 def _hardware(devices: tuple[torch.device, ...]) -> str:
-    names = [torch.cuda.get_device_name(d) if d.type == "cuda" else platform.processor() or "cpu" for d in devices]
+    threads = torch.get_num_threads()
+    cpu = f"{platform.processor() or platform.machine()} cpu, {threads} thread{'s' * (threads != 1)}"
+    names = [torch.cuda.get_device_name(d) if d.type == "cuda" else cpu for d in devices]
     return names[0] + "".join(f" + codec on {n}" for n in names[1:])
 
 

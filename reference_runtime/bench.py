@@ -1,6 +1,6 @@
 """Streaming latency and throughput of an engine: TTFA, frames/s and RTF over warm trials (p50 / p95).
 
-    python -m reference_runtime.bench --config drama3-tiny --device cpu --frames 24 --trials 20 [--json out.json]
+    python -m reference_runtime.bench --config drama3-tiny --device cpu --frames 24 --trials 20 [--threads 1] [--json out.json]
 
 Each trial streams one request with ignore_eos and a fixed frame count (so the work cannot shrink), first chunk
 after 1 frame. `measure_trial` is the reusable per-trial measurement; `graph_ms` times GPU work replayed as a
@@ -168,7 +168,10 @@ def main(argv: list[str] | None = None) -> list[PromptBench]:
     parser.add_argument("--warmup", type=int, default=2, help="untimed trials per prompt before the warm ones")
     parser.add_argument("--seed", type=int, default=0, help="weights, reference codes and sampling seed")
     parser.add_argument("--json", help="also write the results (every trial) to this JSON file")
+    parser.add_argument("--threads", type=int, help="CPU intra-op threads (a target's hardware.cpu_threads)")
     args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     config = get_config(args.config)
     device = torch.device(args.device)
@@ -176,7 +179,8 @@ def main(argv: list[str] | None = None) -> list[PromptBench]:
     schedule = StreamSchedule(first_chunk_frames=1)
     results = [bench_prompt(engine, name, request, args.trials, args.warmup, schedule)
                for name, request in bench_requests(config, args.frames, args.seed).items()]
-    print(f"{config.name} on {device}, {args.frames} frames, {args.trials} warm trials per prompt, 1 stream")
+    threads = f", CPU threads {torch.get_num_threads()}" if device.type == "cpu" else ""
+    print(f"{config.name} on {device}{threads}, {args.frames} frames, {args.trials} warm trials per prompt, 1 stream")
     print(format_table(results))
     if args.json:
         with open(args.json, "w") as f:

@@ -52,6 +52,12 @@ class RunOutcome:
     accepted: bool
 
 
+@dataclass(frozen=True, slots=True)
+class _Varied:
+    out_of_dollars: bool  # the dollar cap refused an agent call
+    errors: list[str]  # of the slots whose agent gave no proposal
+
+
 class Swarm:
     """One target's search. `start()` opens a new run, `resume(run_id)` continues one; both return when it stops."""
 
@@ -140,11 +146,16 @@ class Swarm:
                 parent = view.parent_for(iteration)
                 log_.emit(ev.IterationStarted(run_id=run_id, iteration=iteration, parent_id=parent.id,
                                               slots=num_slots))
-                out_of_dollars = self._vary(view, iteration, agents, num_slots, ledger)
+                varied = self._vary(view, iteration, agents, num_slots, ledger)
                 self._evaluate(RunView.load(self.kb, run_id), iteration, calibration)
                 self._flush_elapsed(run_id)
-                if out_of_dollars:
+                if varied.out_of_dollars:
                     reason = f"{DOLLARS} spent (the ledger refused a call that could cross the cap)"
+                    break
+                if varied.errors and len(varied.errors) == num_slots:
+                    # the next iteration would ask the same agents about the same parent
+                    reason = (f"no agent proposed a candidate for {parent.id} (iteration {iteration}); the first "
+                              f"said: {varied.errors[0]}")
                     break
             self._flush_elapsed(run_id)
             self.kb.finish_run(run_id, reason)
@@ -199,12 +210,13 @@ class Swarm:
             f"{calibration.ci_high:.3f}, spread {calibration.rel_iqr:.1%}, {calibration.pairs} pairs)")))
         return calibration
 
-    def _vary(self, view: RunView, iteration: int, agents: list[Agent], num_slots: int, ledger: CostLedger) -> bool:
-        """Fill the iteration's empty slots; True when the dollar cap refused a call."""
+    def _vary(self, view: RunView, iteration: int, agents: list[Agent], num_slots: int, ledger: CostLedger
+              ) -> _Varied:
+        """Fill the iteration's empty slots."""
         parent = view.parent_for(iteration)
         parent_files = self.repo.files(parent.commit)
         empty = [s for s in range(num_slots) if s not in view.slots(iteration)]
-        out_of_dollars = False
+        out_of_dollars, errors = False, []
         seen_trees = {self.repo.tree(c.git_commit): c.id for c in view.candidates if c.git_commit}
 
         def context_for(slot: int):
@@ -227,6 +239,7 @@ class Swarm:
                 verdict, lesson = rejection(record, AGENT_ERROR, str(answer.error), "engine", self.key)
                 self.kb.add_rejected_candidate(record, verdict, lesson)
                 error = str(answer.error)
+                errors.append(error)
             else:
                 built = build_candidate(self.repo, record, parent_files, proposal, seen_trees)
                 record, error = built.record, built.error
@@ -239,7 +252,7 @@ class Swarm:
             self.kb.set_spent(view.run.id, ledger.spent_usd)
             self.events.emit(ev.CandidateProposed(run_id=view.run.id, candidate_id=cid, agent=answer.agent,
                                                   title=record.title, error=error))
-        return out_of_dollars
+        return _Varied(out_of_dollars, errors)
 
     def _evaluate(self, view: RunView, iteration: int, calibration: NoiseCalibration) -> None:
         pending = view.unevaluated(iteration)

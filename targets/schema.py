@@ -31,6 +31,9 @@ class HardwareSpec(_Strict):
     generation_gpu: int = 0
     codec_gpu: int | None = None  # a second GPU for the codec stage (the seed's 2-GPU setup)
     memory_limit_gib: PositiveFloat | None = None  # host RSS cap per evaluation worker
+    # Intra-op (OpenMP) threads of each evaluation worker; None keeps torch's default, one per core. Fix it on
+    # a shared CPU: two threads waiting on each other stall whenever a busy neighbour holds one core.
+    cpu_threads: PositiveInt | None = None
 
     @model_validator(mode="after")
     def _gpus_exist(self) -> HardwareSpec:

@@ -7,7 +7,8 @@ to one that clears it. The other slots explore: untried transforms, highest prio
 (`Transform.prior`), one slot each. It skips transforms already in the parent's lineage, whose prerequisites are
 missing or whose code is gone, and ranks failed ones last. It never repeats a variant (`name(k=v)`) named in a
 failure, except one that was correct and only not faster on another parent: timing is the parent's, and on a
-faster parent the same change can be a larger share of the time.
+faster parent the same change can be a larger share of the time. Nor does it explore a variant already measured
+on the parent, or the one slot 0 stacks alone.
 
 The first exploring slot leaps: one candidate stacking every transform proven on the device (`Transform.proven`)
 with a prior above 1 that the lineage lacks and that no failure bans, prerequisites first; each such stack once
@@ -62,10 +63,10 @@ class OfflineAgent:
         banned = _banned_text(context)
         good = [t for t, score in ranking if score > 0]
         worked = [t for t, score in ranking if score == 2]
-        chosen = _stack(good, context.parent_files, banned) if context.slot == 0 else []
-        unproven = [c for c in chosen if c.transform not in worked]
-        if unproven and _tried(_title(chosen), context):
-            chosen = []  # this exact stack (or lone promising transform) was measured here already: explore instead
+        exploit = _stack(good, context.parent_files, banned)
+        if [c for c in exploit if c.transform not in worked] and _tried(_title(exploit), context):
+            exploit = []  # this exact stack (or lone promising transform) was measured here already: explore instead
+        chosen = exploit if context.slot == 0 else []
         title = _title(chosen)
         if not chosen:  # explore
             k = context.slot - (1 if good else 0)
@@ -78,8 +79,11 @@ class OfflineAgent:
                 options = _explore_options(context, ranking, renewals)
                 n = len(options)
                 order = options[k % n:] + options[:k % n] if n else []
+                # slot 0's stack and the variants measured on this parent are not proposed again here
+                avoid = _measured_here(context) | ({_title(exploit)} if exploit else set())
                 first = next((c for o in order if (c := o if isinstance(o, _Choice) else
-                                                   _first_variant(o, context.parent_files, banned, k // n))), None)
+                                                   _first_variant(o, context.parent_files, banned, k // n, avoid))),
+                             None)
                 chosen = [first] if first else []
                 title = _title(chosen)
         if not chosen:
@@ -210,9 +214,12 @@ def _cited(transform: Transform, text: str) -> bool:
     return f"{transform.name}(" in text
 
 
-def _first_variant(transform: Transform, files: dict[str, str], banned: str, skip: int) -> _Choice | None:
-    """The first variant (after rotating by `skip`) not named in `banned` whose edits apply to `files`."""
-    variants = [p for p in transform.variants() if transform.label(p) not in banned]
+def _first_variant(transform: Transform, files: dict[str, str], banned: str, skip: int,
+                   avoid: frozenset[str] = frozenset()) -> _Choice | None:
+    """The first variant (after rotating by `skip`) neither named in `banned` nor labelled as one of `avoid` whose
+    edits apply to `files`."""
+    variants = [p for p in transform.variants() if transform.label(p) not in banned
+                and transform.label(p) not in avoid]
     if not variants:
         return None
     skip %= len(variants)
@@ -231,8 +238,13 @@ def _tried(title: str, context: ProposalContext) -> bool:
     """Whether the stack of this title was already evaluated on this parent, or failed anywhere (a lesson or
     failure cites its title). A promising stack measured on another parent is a new experiment here: on a faster
     parent the same change can be a larger share of the time."""
-    return any(text.startswith(f"{title} on {context.parent_id}:") for text in (x.summary for x in context.lessons)) \
-        or any(text.startswith(title + " (") for text in context.failures)
+    return title in _measured_here(context) or any(text.startswith(title + " (") for text in context.failures)
+
+
+def _measured_here(context: ProposalContext) -> frozenset[str]:
+    """The titles of the candidates already evaluated on this parent (their lessons say "TITLE on PARENT: ...")."""
+    here = f" on {context.parent_id}:"
+    return frozenset(x.summary.split(here)[0] for x in context.lessons if here in x.summary)
 
 
 def _leap(context: ProposalContext, banned: str, renewals: list[_Choice]) -> list[_Choice]:

@@ -103,6 +103,24 @@ def test_promising_transforms_are_stacked_into_one_candidate(reference_run):
     assert elsewhere.title == stacked.title  # on another parent it is a new measurement
 
 
+def test_exploring_slots_repeat_neither_slot_0_nor_a_variant_measured_on_the_parent(reference_run):
+    # the demo's run of 2026-12-03: only moe_dispatch left, promising on the grandparent; both slots proposed its
+    # first variant, and the next iterations proposed it again on the same parent
+    lineage = sorted(CPU_TRANSFORMS - {"moe_dispatch"}, key=lambda n: n != "fp8_dequant_at_build")
+    files = transformed(reference_run.files, *((n, next(TRANSFORMS[n].variants())) for n in lineage))
+    gather_1, *others = (TRANSFORMS["moe_dispatch"].label(p) for p in TRANSFORMS["moe_dispatch"].variants())
+    lessons = [Lesson(feature="fp8_moe", outcome="promising", summary=f"{gather_1} on run.i001.s00: slower: 1.03x")]
+
+    def titles(lessons: list[Lesson]) -> list[str]:
+        return [OfflineAgent("o").propose(context_for(files, iteration=3, slot=s, parent_id="run.i002.s00",
+                                                      applied_transforms=lineage, lessons=lessons)).title
+                for s in range(2)]
+    assert titles(lessons) == [gather_1, others[0]]
+    measured = [Lesson(feature="fp8_moe", outcome="promising", summary=f"{t} on run.i002.s00: slower: 1.01x")
+                for t in (gather_1, others[0])]
+    assert not set(titles(lessons + measured)) & {gather_1, others[0]}
+
+
 def test_a_lineage_of_offline_proposals_stacks_every_cpu_transform(reference_run, load_package):
     files, lineage = reference_run.files, []
     agent = OfflineAgent("offline-0")

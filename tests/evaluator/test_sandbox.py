@@ -19,7 +19,9 @@ from tests.evaluator.candidate_factory import build_engine_body, make_candidate
 PROBE = '''
 import getpass, json, os, socket, subprocess
 from pathlib import Path
-facts = {"uid": os.getuid(), "env": sorted(os.environ), "home": os.environ.get("HOME")}
+import torch
+facts = {"uid": os.getuid(), "env": sorted(os.environ), "home": os.environ.get("HOME"),
+         "threads": torch.get_num_threads()}
 try:
     facts["user"] = getpass.getuser()  # inductor's and triton's cache paths ask for it
 except (KeyError, OSError) as e:
@@ -62,6 +64,11 @@ def test_environment_is_scrubbed(probe):
     facts, _, _ = probe
     assert "ANTHROPIC_API_KEY" not in facts["env"] and "OPENAI_API_KEY" not in facts["env"]
     assert "PYTHONPATH" in facts["env"]
+
+
+def test_worker_runs_the_targets_cpu_threads(probe, tiny_target):
+    facts, _, _ = probe
+    assert tiny_target.hardware.cpu_threads == 1 and facts["threads"] == 1
 
 
 def test_package_is_read_only_and_repo_unwritable(probe):
