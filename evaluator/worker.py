@@ -154,21 +154,6 @@ def _profile_summary(events, cuda: bool, frames: int) -> dict:
             "total_calls_per_frame": sum(e.count for e in entries) / frames}
 
 
-def _load_weights(init: WorkerInit, device: torch.device):
-    from reference_runtime.config import get_config
-    from reference_runtime.weights import init_weights
-
-    config = get_config(init.config)
-    if init.weights == "random":
-        return config, init_weights(config, init.weights_seed, device)
-    from reference_runtime.checkpoint import load_checkpoint
-
-    loaded, weights = load_checkpoint(init.weights, device)
-    if loaded.name != config.name:
-        raise ValueError(f"checkpoint {init.weights} is {loaded.name}, the target says {config.name}")
-    return loaded, weights
-
-
 def _synchronize(devices: tuple[torch.device, ...]) -> None:
     for device in devices:
         if device.type == "cuda":
@@ -177,10 +162,11 @@ def _synchronize(devices: tuple[torch.device, ...]) -> None:
 
 def _build(init: WorkerInit, package_root: str | None, devices: tuple[torch.device, ...]) -> tuple[object, str]:
     """The engine, and the fingerprint of the weights taken before any engine code was imported."""
+    from reference_runtime.checkpoint import model_weights
     from reference_runtime.weights import weights_fingerprint
 
     device = devices[0]
-    config, weights = _load_weights(init, device)
+    config, weights = model_weights(init.config, init.weights, init.weights_seed, device)
     fingerprint = weights_fingerprint(weights)
     if package_root is not None:
         sys.path.insert(0, package_root)

@@ -20,9 +20,9 @@ from safetensors.torch import save_file
 
 from .api import Weights
 from .codec_weights import codec_weight_shapes
-from .config import Drama3Config
+from .config import Drama3Config, get_config
 from .hf_config import CheckpointError, from_hf_config, to_hf_config
-from .weights import SCALE_SUFFIX, codec_dtype, weight_shapes
+from .weights import SCALE_SUFFIX, codec_dtype, init_weights, weight_shapes
 
 CONFIG_FILE = "config.json"
 INDEX_FILE = "model.safetensors.index.json"
@@ -211,3 +211,16 @@ def _assemble(config: Drama3Config, dtype: torch.dtype, layout: dict[str, DiskTe
             weights[name] = tensor
     order = [*weight_shapes(config), *codec_weight_shapes(config.codec)]
     return {name: weights[name] for name in order}
+
+
+def model_weights(config_name: str, source: str, seed: int, device: torch.device | str
+                  ) -> tuple[Drama3Config, Weights]:
+    """The weights a target's model names: `source` "random" = init_weights(config, seed), else a checkpoint
+    directory, which must hold that config."""
+    config = get_config(config_name)
+    if source == "random":
+        return config, init_weights(config, seed, device)
+    loaded, weights = load_checkpoint(source, device)
+    if loaded.name != config.name:
+        raise ValueError(f"checkpoint {source} is {loaded.name}, the target says {config.name}")
+    return loaded, weights

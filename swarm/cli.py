@@ -1,4 +1,4 @@
-"""The `swarm` command line (typer): run, eval, review, kb, nightly. Thin: parse, call one library function,
+"""The `swarm` command line (typer): run, eval, tolerances, review, kb, nightly. Thin: parse, call one library function,
 render. Exit codes: 0 ok, 1 a candidate rejected or a harness error, 2 bad usage or configuration, 130 interrupted
 (Ctrl-C or SIGTERM).
 """
@@ -145,6 +145,30 @@ def eval_(candidate_dir: Annotated[Path, typer.Argument(help="an engine package 
         out.print(f"  speedup {c.speedup:.3f}x (CI {c.ci_low:.3f}-{c.ci_high:.3f}, needs > {c.threshold:.3f}), "
                   f"TTFA ratio {c.ttfa_ratio:.3f}")
     raise typer.Exit(0 if verdict.status.value == "pass" else 1)
+
+
+@app.command()
+def tolerances(target_file: Annotated[Path, typer.Argument(help="target YAML")],
+               prompts: Annotated[int, typer.Option(help="held-out prompts [default: the target's]")] = 0,
+               frames: Annotated[int, typer.Option(help="teacher-forced frames each [default: the target's]")] = 0,
+               seed: Annotated[int, typer.Option(help="prompt and sampling seed")] = 0,
+               json_file: Annotated[Path | None, typer.Option("--json", help="also write the figures here")] = None,
+               ) -> None:
+    """Measure the teacher-forced gates: the reference against itself with its weights upcast one precision, and
+    gates at twice those distances, as YAML to paste into the target."""
+    import json
+    from dataclasses import asdict
+
+    from evaluator.tolerances import measure, recommend, report
+
+    target = _target(target_file)
+    with _interruptible():
+        distances = measure(target, prompts or target.tolerances.prompts, frames or target.tolerances.frames, seed)
+    gates = recommend(distances)
+    out.print(report(target, distances, gates), highlight=False)
+    if json_file:
+        json_file.write_text(json.dumps({"target": target.name, "distances": asdict(distances),
+                                         "recommended": asdict(gates)}, indent=2))
 
 
 @app.command()

@@ -1,11 +1,13 @@
 """Renders the LLM prompts from the templates in `swarm/prompts/*.md` and a ProposalContext."""
 from __future__ import annotations
 
+import difflib
 from functools import cache
 from pathlib import Path
 from string import Template
 
 from knowledge_base.transforms import TRANSFORMS
+from knowledge_base.transforms.renew import renewal
 
 from ..proposal import Lesson, ProposalContext
 
@@ -36,6 +38,7 @@ def proposal_prompt(context: ProposalContext) -> str:
         lessons=_lessons(context.lessons),
         applied_transforms=_bullets([_applied(name) for name in context.applied_transforms]),
         device=context.device,
+        renewals=_renewals(context),
         catalogue=_catalogue(context),
         files=_files(context.parent_files),
     )
@@ -72,6 +75,22 @@ def _applied(name: str) -> str:
     knobs = "; ".join(f"{t.knobs.constant(param)} in {t.knobs.path} (tried: {list(t.space[param])})"
                       for param in t.knobs.notes)
     return f"{name}: its tuning constants are {knobs}"
+
+
+def _renewals(context: ProposalContext) -> str:
+    """Each lineage transform whose kernel files changed since the engine took them, as the diff that brings them
+    to today's version: a kept engine cannot take a transform again, so a faster kernel reaches it only so."""
+    parts = []
+    for name in dict.fromkeys(context.applied_transforms):
+        found = renewal(TRANSFORMS[name], context.parent_files) if name in TRANSFORMS else None
+        if found is None:
+            continue
+        diff = "".join(line for patch in found.patches for line in difflib.unified_diff(
+            patch.search.splitlines(keepends=True), patch.replace.splitlines(keepends=True),
+            f"a/{patch.path}", f"b/{patch.path}"))
+        parts.append(f"### `{name}`: today's version {found.version} (the tuning constants return to their "
+                     f"defaults)\n````diff\n{diff}````")
+    return "\n\n".join(parts) or "(none)"
 
 
 def _catalogue(context: ProposalContext) -> str:

@@ -1,6 +1,10 @@
 """The LLM prompts rendered from swarm/prompts/*.md carry everything the agent needs."""
 from __future__ import annotations
 
+from engine_copies import transformed, with_prerequisites
+
+from knowledge_base.transforms import TRANSFORMS
+from knowledge_base.transforms.renew import template_version
 from swarm.agents.prompt import (
     PROMPTS_DIR,
     proposal_prompt,
@@ -37,6 +41,20 @@ def test_proposal_prompt_carries_the_context(context):
         assert needle in text
     assert "- `fp8_dequant_at_build`" not in text  # already in the lineage
     assert "$" not in text.replace("$edit_format", "")
+
+
+def test_proposal_prompt_shows_the_diff_that_renews_a_stale_kernel(context, reference_run):
+    files = transformed(reference_run.files, *with_prerequisites("triton_tower", next(TRANSFORMS["triton_tower"].variants())))
+    stale = files | {"triton_tower.py": files["triton_tower.py"].replace("RESIDUAL_", "OLD_")}
+    applied = ["triton_tower"]
+    assert proposal_prompt(context.model_copy(update={"parent_files": files, "applied_transforms": applied})) \
+        .count("today's version") == 0
+    text = proposal_prompt(context.model_copy(update={"parent_files": stale, "applied_transforms": applied}))
+    renewals = text.split("## Kernels in this engine older")[1].split("## Known optimisations")[0]
+    assert f"### `triton_tower`: today's version {template_version(TRANSFORMS['triton_tower'])}" in renewals
+    assert "--- a/triton_tower.py\n+++ b/triton_tower.py\n" in renewals
+    assert any(line.startswith("-") and "OLD_" in line for line in renewals.splitlines())
+    assert any(line.startswith("+") and "RESIDUAL_" in line for line in renewals.splitlines())
 
 
 def test_repair_prompt_quotes_the_error_and_restates_the_format():
