@@ -10,5 +10,7 @@ from . import live_workers
 from .evaluate import calibrate_noise, evaluate
 from .statistics import NoiseCalibration
 from .verdict import EvaluatorError, Status, Verdict
+from .version import judge_version
 
-__all__ = ["live_workers", "evaluate", "calibrate_noise", "NoiseCalibration", "EvaluatorError", "Status", "Verdict"]
+__all__ = ["live_workers", "evaluate", "calibrate_noise", "NoiseCalibration", "EvaluatorError", "Status", "Verdict",
+           "judge_version"]

@@ -27,6 +27,7 @@ from .profiling import PROFILE_FRAMES, PROFILE_S, profile_engine
 from .sandbox import REFERENCE_DIR, Deadline, Pool, Ready, Worker, WorkerFailure
 from .statistics import NoiseCalibration, calibrated, compare, decide
 from .verdict import EvaluatorError, Evidence, Rejected, Status, Verdict
+from .version import judge_version
 
 
 def evaluate(candidate_dir: Path, target: Target, *, baseline_dir: Path, work_dir: Path,
@@ -104,7 +105,8 @@ class _Evaluation:
         return Verdict(status=status, candidate=str(self.candidate_dir), baseline=str(self.baseline_dir),
                        summary=summary, evidence=self.evidence, stage_seconds=self.stages, log_tail=log_tail,
                        hardware=self.ready.hardware if self.ready else "",
-                       software=self.ready.software if self.ready else "", **self.verdict_fields)
+                       software=self.ready.software if self.ready else "", judge=judge_version(),
+                       **self.verdict_fields)
 
     @contextmanager
     def stage(self, name: str, limit_s: float) -> Iterator[Deadline]:

@@ -118,6 +118,7 @@ class Verdict(_Model):
     log_tail: str = ""
     hardware: str = ""
     software: str = ""  # torch / triton / CUDA versions
+    judge: str = ""  # version.judge_version() of the evaluator that decided it
     candidate_profile: Profile | None = None  # informational (after a correct benchmark), never decides
     baseline_profile: Profile | None = None
 

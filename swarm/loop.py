@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from candidates import EngineRepo
-from evaluator import NoiseCalibration
+from evaluator import NoiseCalibration, Status, Verdict, judge_version
 from knowledge_base import CandidateRecord, CandidateState, KnowledgeStore, RunRecord, RunState
 from targets import Target
 
@@ -217,7 +217,8 @@ class Swarm:
         parent_files = self.repo.files(parent.commit)
         empty = [s for s in range(num_slots) if s not in view.slots(iteration)]
         out_of_dollars, errors = False, []
-        seen_trees = {self.repo.tree(c.git_commit): c.id for c in view.candidates if c.git_commit}
+        stale = _rejected_by_another_judge(self.kb, view.run.id)
+        seen_trees = {self.repo.tree(c.git_commit): c.id for c in view.candidates if c.git_commit and c.id not in stale}
 
         def context_for(slot: int):
             return build_context(self.target, self.kb, view, self.key, parent, parent_files, iteration, slot)
@@ -312,3 +313,11 @@ def _dirname(engine_id: str) -> str:
     return "e_" + re.sub(r"\W", "_", engine_id)
 
 
+
+
+def _rejected_by_another_judge(kb: KnowledgeStore, run_id: str) -> set[str]:
+    """The run's candidates that another version of the evaluator rejected: proposed again, such an engine is
+    evaluated again instead of being turned away as a duplicate (a since-fixed check may have been wrong)."""
+    rejections = {s.value for s in Status if not s.is_correct}
+    return {v.candidate_id for v in kb.verdicts(run_id) if v.status in rejections and v.verdict_json
+            and Verdict.model_validate_json(v.verdict_json).judge != judge_version()}

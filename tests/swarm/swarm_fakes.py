@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from evaluator import NoiseCalibration
+from evaluator import NoiseCalibration, judge_version
 from evaluator.verdict import BenchResult, Comparison, Evidence, Profile, ProfileRow, PromptFigures, Status, Verdict
 from swarm.agents.base import AgentError, BudgetExceeded
 from swarm.agents.ledger import CallRecord, CostLedger
@@ -34,7 +34,8 @@ def speed_file(speed: float, note: str) -> str:
 
 class FakeAgent:
     """Plays a plan: (iteration, slot) -> a speed factor, or "bad_edit" / "broken" / "error" / "budget", or
-    "dup" (exactly the engine that a factor of 1.5 in slot 0 of the same iteration makes)."""
+    "dup" (exactly the engine that a factor of 1.5 in slot 0 of the same iteration makes), or "broken_again" (the
+    same broken engine whenever the parent is the same)."""
 
     def __init__(self, name: str, plan: dict[tuple[int, int], float | str], cost_usd: float = 0.0,
                  log: Path | None = None):
@@ -65,7 +66,9 @@ class FakeAgent:
         speed, _ = read_speed(context.parent_files)
         tag = f"i{context.iteration:03d}.s{0 if action == 'dup' else context.slot:02d}"
         new_speed = speed * (1.5 if action == "dup" else action if isinstance(action, float) else 1.0)
-        new_note = f"{tag} broken" if action == "broken" else tag
+        if action == "broken_again":
+            tag = "again"
+        new_note = f"{tag} broken" if action in ("broken", "broken_again") else tag
         current = context.parent_files.get(SPEED_FILE, "")
         search = "SPEED = 0.0 (no such line)\n" if action == "bad_edit" else current
         return Proposal(agent=self.name, title=f"{tag} x{action}", rationale=f"plan says {action}",
@@ -127,7 +130,8 @@ def _profile(speed: float) -> Profile:
 
 
 def _verdict(candidate_dir, baseline_dir, speed, base, note, target, mismatch_tags) -> Verdict:
-    common = dict(candidate=str(candidate_dir), baseline=str(baseline_dir), stage_seconds={"fake": 0.0})
+    common = dict(candidate=str(candidate_dir), baseline=str(baseline_dir), stage_seconds={"fake": 0.0},
+                  judge=judge_version())
     if "broken" in note or any(tag in note for tag in mismatch_tags):
         return Verdict(status=Status.MISMATCH, summary=f"teacher-forced logits differ ({note})",
                        evidence=[Evidence(check="teacher_forced", message="max |diff| 0.5 at frame 3", frame=3,

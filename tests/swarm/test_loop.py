@@ -135,6 +135,17 @@ def test_an_engine_proposed_twice_is_evaluated_once():
     assert f"same engine as {first.candidate_id}" in second.summary
 
 
+def test_an_engine_another_judge_rejected_is_evaluated_again_when_proposed_again(monkeypatch):
+    plan = {(1, 0): "broken_again", (1, 1): "broken_again", (2, 0): "broken_again"}
+    with fake_swarm(small_target(budget={"iterations": 1}), [FakeAgent("a", plan)]) as swarm:
+        run_id = swarm.start().run_id
+        assert [v.status for v in swarm.kb.verdicts(run_id)] == ["mismatch", "duplicate"]  # same judge: once
+    monkeypatch.setattr("swarm.loop.judge_version", lambda: "a-fixed-evaluator")
+    with fake_swarm(small_target(budget={"iterations": 2}), [FakeAgent("a", plan)]) as swarm:
+        swarm.resume(run_id)
+        assert [v.status for v in swarm.kb.verdicts(run_id)] == ["mismatch", "duplicate", "mismatch", "slower"]
+
+
 def test_wall_budget_spent_mid_iteration_cancels_queued_evaluations():
     target = small_target(budget={"iterations": 3, "wall_minutes": 0.01})  # 0.6 s; each evaluation takes 0.8 s
     with fake_swarm(target, [FakeAgent("a", {}), FakeAgent("b", {})], FakeEvaluator(delay_s=0.8)) as swarm:

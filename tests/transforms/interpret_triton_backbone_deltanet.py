@@ -112,7 +112,7 @@ def test_kernels_equal_the_torch_mixer_step_by_step(tmp_path, geometry, tiles):
     want_state, got_state = (_module(pkg, "kv_cache").DeltaNetState(conv.clone(), recurrent.clone())
                              for _ in range(2))
     norm, torch_step = _module(pkg, "decode_ops").norm, _module(pkg, "decode_deltanet").deltanet_decode
-    for step in range(3):
+    for step in range(1 if geometry == "full" else 3):  # full dims check the indexing; one step is ~18 s here
         x = torch.randn(1, cfg.hidden_size, generator=gen).to(dtype)
         want = x + torch_step(norm(x, lw.input_gain, cfg.rms_norm_eps), lw.mixer, cfg, want_state)
         got = kernels.deltanet_step(x, lw, cfg, got_state)
