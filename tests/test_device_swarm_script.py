@@ -20,7 +20,7 @@ def _call(tmp_path: Path, name: str, *args: str) -> tuple[subprocess.CompletedPr
 
 
 def test_a_time_limited_call_packs_a_state_the_next_call_resumes(tmp_path):
-    first, out = _call(tmp_path, "out1", "fresh", "20", "targets/drama3_cpu.yaml")
+    first, out = _call(tmp_path, "out1", "fresh", "12", "targets/drama3_cpu.yaml")
     assert first.returncode == 124, first.stdout + first.stderr
     log = (out / "swarm.log").read_text()
     assert "started drama3-cpu-001" in log and "interrupted" in log, log
@@ -29,7 +29,7 @@ def test_a_time_limited_call_packs_a_state_the_next_call_resumes(tmp_path):
     assert "swarm_home/kb.sqlite" in names and "swarm_home/runs/drama3-cpu-001/events.jsonl" in names, names
     assert not any("/work/" in n for n in names)  # evaluator scratch stays behind
 
-    second, out = _call(tmp_path, "out2", str(tmp_path / "out1" / "swarm_home.tgz"), "15",
+    second, out = _call(tmp_path, "out2", str(tmp_path / "out1" / "swarm_home.tgz"), "8",
                         "targets/drama3_cpu.yaml", "--resume", "drama3-cpu-001")
     assert second.returncode == 124, second.stdout + second.stderr
     assert "resumed drama3-cpu-001" in (out / "swarm.log").read_text()
