@@ -107,6 +107,9 @@ class AgentSpec(_Strict):
     temperature: Annotated[float, Field(ge=0.0, le=2.0)] = 0.7
     base_url: str | None = None  # OpenAI-compatible local servers (vLLM, llama.cpp, ollama)
     max_tokens: PositiveInt = 8192
+    # The model's context window, for small local models: the prompt then fits in it next to two answers (one
+    # repair turn), showing the engine files the parent's profile points at first and listing the rest by name.
+    context_tokens: PositiveInt | None = None
 
 
 class Target(_Strict):

@@ -21,11 +21,14 @@ from ..proposal import Proposal, ProposalContext
 from .base import AgentError
 from .ledger import CallRecord, CostLedger
 from .pricing import cost_usd, price_of
-from .prompt import proposal_prompt, repair_prompt, system_prompt
+from .prompt import PromptTooLong, proposal_prompt, repair_prompt, system_prompt
 
 log = logging.getLogger(__name__)
 LOCAL_DUMMY_KEY = "local"  # a self-hosted server behind base_url ignores the key, but the SDKs require one
 RETRY_STATUS = frozenset({408, 409, 429})  # plus every 5xx (incl. Anthropic's 529 "overloaded")
+# Characters per token of our prompts, estimated low (code runs ~3.5-4), so budgets err on the safe side.
+CHARS_PER_TOKEN = 3
+REPAIR_TOKENS = 1000  # the repair turn's own instructions and quoted error
 _TITLE = re.compile(r"^\s*TITLE:\s*(.+)$", re.MULTILINE)
 
 
@@ -76,7 +79,7 @@ class LLMAgent:
 
     def propose(self, context: ProposalContext) -> Proposal:
         system = system_prompt()
-        messages = [Message("user", proposal_prompt(context))]
+        messages = [Message("user", self._prompt(context, system))]
         calls = [self._call(system, messages)]
         try:
             return self._proposal(calls, context)
@@ -89,6 +92,21 @@ class LLMAgent:
             except EditError as second:
                 raise AgentError(f"{self.name}: edits still unusable after one repair turn: "
                                  f"{_explain(second, calls[-1])}") from second
+
+    def _prompt(self, context: ProposalContext, system: str) -> str:
+        """The proposal prompt, within the agent's context_tokens (if set) next to two answers: the first, and
+        the one a repair turn asks for after it."""
+        window = self.spec.context_tokens
+        if window is None:
+            return proposal_prompt(context)
+        max_chars = (window - 2 * self.spec.max_tokens - REPAIR_TOKENS) * CHARS_PER_TOKEN - len(system)
+        try:
+            if max_chars <= 0:
+                raise PromptTooLong(f"context_tokens {window} leaves no room for a prompt next to two answers of "
+                                    f"max_tokens {self.spec.max_tokens}")
+            return proposal_prompt(context, max_chars)
+        except PromptTooLong as e:
+            raise AgentError(f"{self.name}: {e}; raise the agent's context_tokens or lower its max_tokens") from e
 
     def _proposal(self, calls: list[Completion], context: ProposalContext) -> Proposal:
         text = calls[-1].text
@@ -104,8 +122,7 @@ class LLMAgent:
 
     def _call(self, system: str, messages: list[Message]) -> Completion:
         prompt_chars = len(system) + sum(len(m.content) for m in messages)
-        # ~3 characters per token over-estimates code prompts a little, so the cap errs on the safe side.
-        worst = cost_usd(self.price, math.ceil(prompt_chars / 3), self.spec.max_tokens)
+        worst = cost_usd(self.price, math.ceil(prompt_chars / CHARS_PER_TOKEN), self.spec.max_tokens)
         for attempt in range(1, self.retry.max_attempts + 1):
             try:
                 with self.ledger.hold(self.name, worst) as hold:

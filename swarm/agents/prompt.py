@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 from functools import cache
 from pathlib import Path
 from string import Template
@@ -23,9 +24,14 @@ def system_prompt() -> str:
     return _template("system").substitute(edit_format=_template("edit_format").template)
 
 
-def proposal_prompt(context: ProposalContext) -> str:
+class PromptTooLong(ValueError):
+    """The prompt does not fit its budget even with no engine file shown."""
+
+
+def proposal_prompt(context: ProposalContext, max_chars: int | None = None) -> str:
+    """With `max_chars`, the engine files shown are those that fit in it (see _files)."""
     hardware = context.device if context.gpu is None else f"{context.device} ({context.gpu})"
-    return _template("proposal").substitute(
+    fields = dict(
         target_name=context.target_name,
         model_config_name=context.model_config_name,
         hardware=hardware,
@@ -40,8 +46,15 @@ def proposal_prompt(context: ProposalContext) -> str:
         device=context.device,
         renewals=_renewals(context),
         catalogue=_catalogue(context),
-        files=_files(context.parent_files),
     )
+    if max_chars is None:
+        return _template("proposal").substitute(fields, files=_files(context.parent_files))
+    room = max_chars - len(_template("proposal").substitute(fields, files=""))
+    files = _files(context.parent_files, room, context.parent_figures)
+    if len(files) > room:
+        raise PromptTooLong(f"the proposal prompt needs {max_chars - room + len(files)} characters with no engine "
+                            f"file shown, over the {max_chars} its budget allows")
+    return _template("proposal").substitute(fields, files=files)
 
 
 def repair_prompt(error: str) -> str:
@@ -104,11 +117,43 @@ def _catalogue(context: ProposalContext) -> str:
     return "\n".join(lines) or "(none)"
 
 
-def _files(files: dict[str, str]) -> str:
+def _files(files: dict[str, str], room: int | None = None, hot: str = "") -> str:
+    """Every file in full; with `room` (characters) and over it, the files that fit, chosen by relevance
+    (_by_relevance), and the others listed by name and size."""
+    blocks = {path: _block(path, source) for path, source in sorted(files.items())}
+    shown = list(blocks)
+    if room is not None and len("\n\n".join(blocks.values())) > room:
+        shown, used = [], 0
+        for path in _by_relevance(files, hot):
+            omitted = [p for p in blocks if p not in shown and p != path]
+            if used + len(blocks[path]) + 2 + len(_omitted(files, omitted)) <= room:
+                shown.append(path)
+                used += len(blocks[path]) + 2
+    text = "\n\n".join(blocks[p] for p in blocks if p in shown)
+    rest = [p for p in blocks if p not in shown]
+    return text + ("\n\n" if text and rest else "") + _omitted(files, rest)
+
+
+def _block(path: str, source: str) -> str:
     # Four backticks so that triple-backtick strings inside the sources cannot close the fence.
-    blocks = []
-    for path, source in sorted(files.items()):
-        lang = "python" if path.endswith(".py") else ""
-        body = source if source.endswith("\n") else source + "\n"
-        blocks.append(f"### {path}\n````{lang}\n{body}````")
-    return "\n\n".join(blocks)
+    lang = "python" if path.endswith(".py") else ""
+    body = source if source.endswith("\n") else source + "\n"
+    return f"### {path}\n````{lang}\n{body}````"
+
+
+def _omitted(files: dict[str, str], paths: list[str]) -> str:
+    if not paths:
+        return ""
+    listed = ", ".join(f"{p} ({files[p].count(chr(10))} lines)" for p in paths)
+    return (f"Not shown, for this model's context window: {listed}. Edit only the files shown above (or create "
+            "new ones): a SEARCH block must quote a file's text exactly.")
+
+
+def _by_relevance(files: dict[str, str], hot: str) -> list[str]:
+    """Files defining a function the parent's profile names (hottest first: the profile lists by time), then the
+    others smallest first, so that more of them fit."""
+    def first_mention(path: str) -> int:
+        names = re.findall(r"^\s*def (\w{8,})", files[path], re.MULTILINE)
+        found = [m.start() for name in names if (m := re.search(rf"\b{re.escape(name)}\b", hot))]
+        return min(found, default=len(hot) + 1)
+    return sorted(files, key=lambda p: (first_mention(p), len(files[p]), p))

@@ -8,7 +8,7 @@ from llm_server import Reply
 
 from swarm.agents import AgentError, BudgetExceeded, CostLedger
 from swarm.agents.anthropic_agent import AnthropicAgent
-from swarm.agents.llm import RetryPolicy
+from swarm.agents.llm import CHARS_PER_TOKEN, REPAIR_TOKENS, RetryPolicy
 from swarm.agents.openai_agent import OpenAIAgent
 from swarm.edits import apply_edits
 from targets.schema import AgentSpec
@@ -198,6 +198,22 @@ def test_unknown_model_costs_nothing_with_a_warning_and_local_models_silently(ll
     # "qwen3-coder-30b answered" line is captured too
     warned = " ".join(r.getMessage() for r in caplog.records if r.name == "swarm.agents.pricing")
     assert official.price.input_per_mtok == 0 and "claude-future-9" in warned and "qwen3-coder" not in warned
+
+
+@PROVIDERS
+def test_a_small_context_window_bounds_the_prompt_or_is_refused_before_any_call(provider, llm_server, context):
+    files = context.parent_files | {"codec.py": "def decode_frames(x):\n" + "    x = x * 2\n" * 4000}
+    context = context.model_copy(update={"parent_files": files})
+    llm_server.push(Reply(GOOD))
+    make(provider, llm_server, context_tokens=8000).propose(context)
+    body = llm_server.requests[0].body
+    prompt = body["messages"][-1]["content"]
+    system = body["system"] if provider == "anthropic" else body["messages"][0]["content"]
+    assert len(prompt) + len(system) <= (8000 - 2 * 1000 - REPAIR_TOKENS) * CHARS_PER_TOKEN
+    assert "### moe.py" in prompt and "Not shown, for this model's context window: codec.py" in prompt
+    with pytest.raises(AgentError, match="raise the agent's context_tokens or lower its max_tokens"):
+        make(provider, llm_server, context_tokens=3000).propose(context)
+    assert len(llm_server.requests) == 1
 
 
 @PROVIDERS

@@ -1,12 +1,15 @@
 """The LLM prompts rendered from swarm/prompts/*.md carry everything the agent needs."""
 from __future__ import annotations
 
+import pytest
+from conftest import PARENT_FILES
 from engine_copies import transformed, with_prerequisites
 
 from knowledge_base.transforms import TRANSFORMS
 from knowledge_base.transforms.renew import template_version
 from swarm.agents.prompt import (
     PROMPTS_DIR,
+    PromptTooLong,
     proposal_prompt,
     repair_prompt,
     system_prompt,
@@ -55,6 +58,22 @@ def test_proposal_prompt_shows_the_diff_that_renews_a_stale_kernel(context, refe
     assert "--- a/triton_tower.py\n+++ b/triton_tower.py\n" in renewals
     assert any(line.startswith("-") and "OLD_" in line for line in renewals.splitlines())
     assert any(line.startswith("+") and "RESIDUAL_" in line for line in renewals.splitlines())
+
+
+def test_a_prompt_budget_shows_the_profiled_files_first_and_names_the_rest(context):
+    files = {"fused_moe.py": "def _gate_up_kernel(x):\n" + "    x = x + 1\n" * 400,
+             "codec.py": "def decode_frames(x):\n" + "    x = x * 2\n" * 300, "moe.py": PARENT_FILES["moe.py"]}
+    context = context.model_copy(update={"parent_files": files, "parent_figures": (
+        "Where the parent's time goes per frame:\n    0.930     40.0  _gate_up_kernel\n    0.100  1.0  aten::mm")})
+    full = proposal_prompt(context)
+    assert proposal_prompt(context, max_chars=len(full)) == full  # it fits: nothing left out
+    bare = len(proposal_prompt(context.model_copy(update={"parent_files": {}})))
+    text = proposal_prompt(context, max_chars=bare + len(files["fused_moe.py"]) + 600)
+    assert len(text) <= bare + len(files["fused_moe.py"]) + 600
+    assert "### fused_moe.py" in text and "### moe.py" in text and "### codec.py" not in text  # hot, then small
+    assert "Not shown, for this model's context window: codec.py (301 lines)." in text
+    with pytest.raises(PromptTooLong, match="no engine file shown"):
+        proposal_prompt(context, max_chars=bare)
 
 
 def test_repair_prompt_quotes_the_error_and_restates_the_format():
