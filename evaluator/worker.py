@@ -55,10 +55,12 @@ def guarded(inputs: tuple[torch.Tensor, ...], call: Callable[[], object]) -> obj
 
 
 class Server:
-    def __init__(self, engine: object, devices: tuple[torch.device, ...], channel: WorkerChannel):
+    def __init__(self, engine: object, devices: tuple[torch.device, ...], channel: WorkerChannel, threads: int):
+        """`threads`: torch's CPU thread count before any engine code ran (hardware.cpu_threads, or one per core)."""
         self.engine, self.channel = engine, channel
         self.device = devices[0]  # generation: the CUDA events time the stream there
         self.devices = devices
+        self.threads = threads
 
     def serve(self) -> None:
         while True:
@@ -66,6 +68,9 @@ class Server:
                 request = self.channel.recv()
             except ChannelClosed:
                 return
+            if torch.get_num_threads() != self.threads:  # more threads is more hardware than the baseline gets
+                raise Violation(f"the engine set torch's CPU threads to {torch.get_num_threads()}; the harness runs "
+                                f"every engine with {self.threads} (the target's hardware.cpu_threads)")
             op = request.pop("op")
             getattr(self, f"op_{op}")(**request)
 
@@ -229,7 +234,7 @@ def main() -> None:
     devices = (device,) if init.codec_device is None else (device, torch.device(init.codec_device))
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    started = time.perf_counter()
+    started, threads = time.perf_counter(), torch.get_num_threads()
     try:
         engine, fingerprint = _build(init, confined.package_root, devices)
     except Exception as e:
@@ -237,7 +242,7 @@ def main() -> None:
         return
     channel.send({"kind": "ready", "fingerprint": fingerprint, "build_s": time.perf_counter() - started,
                   "hardware": _hardware(devices), "software": _software()})
-    server = Server(engine, devices, channel)
+    server = Server(engine, devices, channel, threads)
     try:
         server.serve()
     except Exception as e:

@@ -25,8 +25,6 @@ from pathlib import Path
 
 import torch
 import triton
-from triton.compiler.errors import CompilationError
-from triton.runtime.errors import OutOfResources
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -144,7 +142,8 @@ def main() -> None:
             try:
                 us = graph_ms(lambda ls=_launches(fused, layer, kernel, tiles): [f() for f in ls], 20) * 1000 \
                     / len(layer.logits)
-            except (CompilationError, OutOfResources) as exc:  # a tile the compiler refuses: reported, skipped
+            # a tile the compiler or ptxas refuses (registers, shared memory): reported, skipped
+            except Exception as exc:  # noqa: BLE001
                 print(f"  {kernel} {tiles}: {type(exc).__name__}: {str(exc)[:120]}")
                 continue
             default = all(DEFAULT[name] == value for name, value in tiles.items())

@@ -88,6 +88,7 @@ def build_context(target: Target, kb: KnowledgeStore, view: RunView, key: Engine
         failures=recent_failures(view),
         lessons=lessons,
         applied_transforms=lineage_transforms(kb, parent.id),
+        measured_on_parent=[c.title for c in view.candidates if c.parent_id == parent.id and c.git_commit],
         iteration=iteration,
         slot=slot,
     )

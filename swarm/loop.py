@@ -5,6 +5,7 @@ finished evaluation or asking for a proposal twice.
 """
 from __future__ import annotations
 
+import json
 import re
 import secrets
 import shutil
@@ -14,12 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from candidates import EngineRepo
-from evaluator import NoiseCalibration, Status, Verdict, judge_version
+from evaluator import NoiseCalibration, Status, judge_version
 from knowledge_base import CandidateRecord, CandidateState, KnowledgeStore, RunRecord, RunState
 from targets import Target
 
 from . import events as ev
-from .agents.base import Agent
+from .agents.base import Agent, AgentError, AgentExhausted
 from .agents.ledger import CostLedger
 from .baseline import resolve_baseline
 from .budget import DOLLARS, exhausted
@@ -55,7 +56,12 @@ class RunOutcome:
 @dataclass(frozen=True, slots=True)
 class _Varied:
     out_of_dollars: bool  # the dollar cap refused an agent call
-    errors: list[str]  # of the slots whose agent gave no proposal
+    asked: int  # slots asked
+    errors: list[AgentError]  # of the slots whose agent gave no proposal
+
+    @property
+    def exhausted(self) -> bool:
+        return 0 < self.asked == len(self.errors) and all(isinstance(e, AgentExhausted) for e in self.errors)
 
 
 class Swarm:
@@ -152,9 +158,8 @@ class Swarm:
                 if varied.out_of_dollars:
                     reason = f"{DOLLARS} spent (the ledger refused a call that could cross the cap)"
                     break
-                if varied.errors and len(varied.errors) == num_slots:
-                    # the next iteration would ask the same agents about the same parent
-                    reason = (f"no agent proposed a candidate for {parent.id} (iteration {iteration}); the first "
+                if varied.exhausted:  # asked again about the same parent, every slot would fail the same way
+                    reason = (f"no agent has a candidate left for {parent.id} (iteration {iteration}); the first "
                               f"said: {varied.errors[0]}")
                     break
             self._flush_elapsed(run_id)
@@ -240,7 +245,7 @@ class Swarm:
                 verdict, lesson = rejection(record, AGENT_ERROR, str(answer.error), "engine", self.key)
                 self.kb.add_rejected_candidate(record, verdict, lesson)
                 error = str(answer.error)
-                errors.append(error)
+                errors.append(answer.error)
             else:
                 built = build_candidate(self.repo, record, parent_files, proposal, seen_trees)
                 record, error = built.record, built.error
@@ -253,7 +258,7 @@ class Swarm:
             self.kb.set_spent(view.run.id, ledger.spent_usd)
             self.events.emit(ev.CandidateProposed(run_id=view.run.id, candidate_id=cid, agent=answer.agent,
                                                   title=record.title, error=error))
-        return _Varied(out_of_dollars, errors)
+        return _Varied(out_of_dollars, len(empty), errors)
 
     def _evaluate(self, view: RunView, iteration: int, calibration: NoiseCalibration) -> None:
         pending = view.unevaluated(iteration)
@@ -313,11 +318,10 @@ def _dirname(engine_id: str) -> str:
     return "e_" + re.sub(r"\W", "_", engine_id)
 
 
-
-
 def _rejected_by_another_judge(kb: KnowledgeStore, run_id: str) -> set[str]:
     """The run's candidates that another version of the evaluator rejected: proposed again, such an engine is
     evaluated again instead of being turned away as a duplicate (a since-fixed check may have been wrong)."""
     rejections = {s.value for s in Status if not s.is_correct}
+    # read leniently: a verdict of another judge may predate or outlive fields of today's Verdict
     return {v.candidate_id for v in kb.verdicts(run_id) if v.status in rejections and v.verdict_json
-            and Verdict.model_validate_json(v.verdict_json).judge != judge_version()}
+            and json.loads(v.verdict_json).get("judge", "") != judge_version()}

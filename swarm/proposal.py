@@ -36,6 +36,7 @@ class ProposalContext(_Model):
     failures: list[str] = []  # evidence of recent failing verdicts (and edit errors) to avoid repeating
     lessons: list[Lesson] = []
     applied_transforms: list[str] = []  # transforms already in the parent's lineage
+    measured_on_parent: list[str] = []  # titles of this run's candidates on this parent so far
     iteration: int = 0
     slot: int = 0  # which of the parallel proposals this is (agents diversify on it)
 

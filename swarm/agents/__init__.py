@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from targets.schema import AgentSpec, Target
 
-from .base import Agent, AgentError, BudgetExceeded
+from .base import Agent, AgentError, AgentExhausted, BudgetExceeded
 from .ledger import CostLedger
 from .offline import OfflineAgent
 
-__all__ = ["Agent", "AgentError", "BudgetExceeded", "CostLedger", "make_agents"]
+__all__ = ["Agent", "AgentError", "AgentExhausted", "BudgetExceeded", "CostLedger", "make_agents"]
 
 
 def make_agents(target: Target, ledger: CostLedger) -> list[Agent]:

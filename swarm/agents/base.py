@@ -10,6 +10,11 @@ class AgentError(RuntimeError):
     """An agent could not produce a usable proposal (API failure after retries, budget cap, unparseable answer)."""
 
 
+class AgentExhausted(AgentError):
+    """Asked again about the same parent, the agent would fail the same way: the offline proposer has nothing left
+    for the slot, or the prompt does not fit the model's context window."""
+
+
 class BudgetExceeded(AgentError):
     """The hard dollar cap would be crossed by this call."""
 

@@ -18,7 +18,7 @@ from targets.schema import AgentSpec
 
 from ..edits import SEARCH_MARK, EditError, apply_edits, parse_edits
 from ..proposal import Proposal, ProposalContext
-from .base import AgentError
+from .base import AgentError, AgentExhausted
 from .ledger import CallRecord, CostLedger
 from .pricing import cost_usd, price_of
 from .prompt import PromptTooLong, proposal_prompt, repair_prompt, system_prompt
@@ -29,6 +29,7 @@ RETRY_STATUS = frozenset({408, 409, 429})  # plus every 5xx (incl. Anthropic's 5
 # Characters per token of our prompts, estimated low (code runs ~3.5-4), so budgets err on the safe side.
 CHARS_PER_TOKEN = 3
 REPAIR_TOKENS = 1000  # the repair turn's own instructions and quoted error
+WINDOW_MARGIN = 0.9  # of context_tokens a prompt may plan on: small-vocabulary tokenizers split code finer
 _TITLE = re.compile(r"^\s*TITLE:\s*(.+)$", re.MULTILINE)
 
 
@@ -99,14 +100,15 @@ class LLMAgent:
         window = self.spec.context_tokens
         if window is None:
             return proposal_prompt(context)
-        max_chars = (window - 2 * self.spec.max_tokens - REPAIR_TOKENS) * CHARS_PER_TOKEN - len(system)
+        usable = int(window * WINDOW_MARGIN) - 2 * self.spec.max_tokens - REPAIR_TOKENS
+        max_chars = usable * CHARS_PER_TOKEN - len(system)
         try:
             if max_chars <= 0:
                 raise PromptTooLong(f"context_tokens {window} leaves no room for a prompt next to two answers of "
                                     f"max_tokens {self.spec.max_tokens}")
             return proposal_prompt(context, max_chars)
         except PromptTooLong as e:
-            raise AgentError(f"{self.name}: {e}; raise the agent's context_tokens or lower its max_tokens") from e
+            raise AgentExhausted(f"{self.name}: {e}; raise the agent's context_tokens or lower its max_tokens") from e
 
     def _proposal(self, calls: list[Completion], context: ProposalContext) -> Proposal:
         text = calls[-1].text

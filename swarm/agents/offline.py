@@ -7,8 +7,8 @@ to one that clears it. The other slots explore: untried transforms, highest prio
 (`Transform.prior`), one slot each. It skips transforms already in the parent's lineage, whose prerequisites are
 missing or whose code is gone, and ranks failed ones last. It never repeats a variant (`name(k=v)`) named in a
 failure, except one that was correct and only not faster on another parent: timing is the parent's, and on a
-faster parent the same change can be a larger share of the time. Nor does it explore a variant already measured
-on the parent, or the one slot 0 stacks alone.
+faster parent the same change can be a larger share of the time. Nor does it explore what this run already proposed
+on the parent, or what slot 0 stacks.
 
 The first exploring slot leaps: one candidate stacking every transform proven on the device (`Transform.proven`)
 with a prior above 1 that the lineage lacks and that no failure bans, prerequisites first; each such stack once
@@ -29,6 +29,7 @@ of proven transforms first in its stack. A renewal that failed is not retried on
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from knowledge_base.transforms import TRANSFORMS, NotApplicable, Params, Transform
@@ -37,7 +38,7 @@ from knowledge_base.transforms.retune import RETUNE, retunes
 
 from ..edits import EditError, apply_edits
 from ..proposal import FileEdit, Lesson, Proposal, ProposalContext
-from .base import AgentError
+from .base import AgentExhausted
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,26 +70,22 @@ class OfflineAgent:
         chosen = exploit if context.slot == 0 else []
         title = _title(chosen)
         if not chosen:  # explore
-            k = context.slot - (1 if good else 0)
+            k = context.slot - (1 if exploit else 0)
             renewals = _renewals(context)
             leap = _leap(context, banned, renewals)
             if k == 0 and leap:
                 chosen, title = leap, LEAP + _title(leap)
             else:
-                k -= 1 if leap else 0
-                options = _explore_options(context, ranking, renewals)
-                n = len(options)
-                order = options[k % n:] + options[:k % n] if n else []
-                # slot 0's stack and the variants measured on this parent are not proposed again here
-                avoid = _measured_here(context) | ({_title(exploit)} if exploit else set())
-                first = next((c for o in order if (c := o if isinstance(o, _Choice) else
-                                                   _first_variant(o, context.parent_files, banned, k // n, avoid))),
-                             None)
+                # slot 0's stack and what this run measured on the parent are not proposed again here
+                avoid = frozenset(context.measured_on_parent) | {_title(exploit)}
+                first = _explore(_explore_options(context, ranking, renewals), context.parent_files, banned, avoid,
+                                 k - (1 if leap else 0))
                 chosen = [first] if first else []
                 title = _title(chosen)
         if not chosen:
-            raise AgentError(f"{self.name}: no transform left to apply to {context.parent_id} on {context.device} "
-                             f"(lineage: {', '.join(context.applied_transforms) or 'none'})")
+            raise AgentExhausted(f"{self.name}: no transform left to apply to {context.parent_id} on "
+                                 f"{context.device} in slot {context.slot}, past the other slots' (lineage: "
+                                 f"{', '.join(context.applied_transforms) or 'none'})")
         return Proposal(
             agent=self.name,
             title=title,
@@ -214,20 +211,38 @@ def _cited(transform: Transform, text: str) -> bool:
     return f"{transform.name}(" in text
 
 
-def _first_variant(transform: Transform, files: dict[str, str], banned: str, skip: int,
-                   avoid: frozenset[str] = frozenset()) -> _Choice | None:
-    """The first variant (after rotating by `skip`) neither named in `banned` nor labelled as one of `avoid` whose
-    edits apply to `files`."""
-    variants = [p for p in transform.variants() if transform.label(p) not in banned
-                and transform.label(p) not in avoid]
-    if not variants:
-        return None
-    skip %= len(variants)
-    for params in variants[skip:] + variants[:skip]:
-        edits = _edits(transform, params, files)
-        if edits is not None:
-            return _Choice(transform, params, edits)
+def _explore(options: list[Transform | _Choice], files: dict[str, str], banned: str, avoid: frozenset[str],
+             k: int) -> _Choice | None:
+    """The k-th distinct choice of the exploring slots, round by round: round r takes each option's r-th usable
+    variant (a renewal or retune is one), so that parallel slots never propose the same engine."""
+    streams = [_usable(o, files, banned, avoid) for o in options]
+    taken: set[str] = set()
+    while streams:
+        for stream in list(streams):
+            choice = next(stream, None)
+            if choice is None:
+                streams.remove(stream)
+            elif choice.label not in taken:
+                if len(taken) == k:
+                    return choice
+                taken.add(choice.label)
     return None
+
+
+def _usable(option: Transform | _Choice, files: dict[str, str], banned: str,
+            avoid: frozenset[str] = frozenset()) -> Iterator[_Choice]:
+    """An option's variants in order, but those named in `banned`, labelled as one of `avoid`, or whose edits do
+    not apply to `files`."""
+    if isinstance(option, _Choice):
+        if option.label not in avoid:
+            yield option
+        return
+    for params in option.variants():
+        if (label := option.label(params)) in banned or label in avoid:
+            continue
+        edits = _edits(option, params, files)
+        if edits is not None:
+            yield _Choice(option, params, edits)
 
 
 def _title(chosen: list[_Choice]) -> str:
@@ -238,13 +253,8 @@ def _tried(title: str, context: ProposalContext) -> bool:
     """Whether the stack of this title was already evaluated on this parent, or failed anywhere (a lesson or
     failure cites its title). A promising stack measured on another parent is a new experiment here: on a faster
     parent the same change can be a larger share of the time."""
-    return title in _measured_here(context) or any(text.startswith(title + " (") for text in context.failures)
-
-
-def _measured_here(context: ProposalContext) -> frozenset[str]:
-    """The titles of the candidates already evaluated on this parent (their lessons say "TITLE on PARENT: ...")."""
-    here = f" on {context.parent_id}:"
-    return frozenset(x.summary.split(here)[0] for x in context.lessons if here in x.summary)
+    return any(text.startswith(f"{title} on {context.parent_id}:") for text in (x.summary for x in context.lessons)) \
+        or any(text.startswith(title + " (") for text in context.failures)
 
 
 def _leap(context: ProposalContext, banned: str, renewals: list[_Choice]) -> list[_Choice]:
@@ -271,7 +281,7 @@ def _stack(transforms: list[Transform], files: dict[str, str], banned: str) -> l
     """Each transform's first applicable variant, stacked in order onto the files the previous ones produced."""
     chosen: list[_Choice] = []
     for transform in transforms:
-        choice = _first_variant(transform, files, banned, 0)
+        choice = next(_usable(transform, files, banned), None)
         if choice is not None:
             chosen.append(choice)
             files = apply_edits(files, choice.edits)

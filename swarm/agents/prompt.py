@@ -119,7 +119,7 @@ def _catalogue(context: ProposalContext) -> str:
 
 def _files(files: dict[str, str], room: int | None = None, hot: str = "") -> str:
     """Every file in full; with `room` (characters) and over it, the files that fit, chosen by relevance
-    (_by_relevance), and the others listed by name and size."""
+    (_by_relevance), and the others listed by name and line count."""
     blocks = {path: _block(path, source) for path, source in sorted(files.items())}
     shown = list(blocks)
     if room is not None and len("\n\n".join(blocks.values())) > room:
@@ -153,7 +153,7 @@ def _by_relevance(files: dict[str, str], hot: str) -> list[str]:
     """Files defining a function the parent's profile names (hottest first: the profile lists by time), then the
     others smallest first, so that more of them fit."""
     def first_mention(path: str) -> int:
-        names = re.findall(r"^\s*def (\w{8,})", files[path], re.MULTILINE)
+        names = re.findall(r"^[ \t]*def (\w{8,})", files[path], re.MULTILINE)
         found = [m.start() for name in names if (m := re.search(rf"\b{re.escape(name)}\b", hot))]
         return min(found, default=len(hot) + 1)
     return sorted(files, key=lambda p: (first_mention(p), len(files[p]), p))

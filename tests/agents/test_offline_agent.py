@@ -9,7 +9,7 @@ from knowledge_base.transforms import TRANSFORMS, Patch, Transform
 from knowledge_base.transforms.renew import RENEW
 from knowledge_base.transforms.retune import RETUNE
 from reference_runtime.teacher_forcing import teacher_forced
-from swarm.agents import AgentError, offline
+from swarm.agents import AgentError, AgentExhausted, offline
 from swarm.agents.offline import OfflineAgent
 from swarm.edits import apply_edits
 from swarm.proposal import Lesson, ProposalContext
@@ -21,6 +21,17 @@ def context_for(files: dict[str, str], **fields) -> ProposalContext:
     base = {"target_name": "drama3-cpu", "model_config_name": "drama3-tiny", "device": "cpu", "gpu": None,
             "parent_id": "reference", "parent_files": files, "parent_figures": "", "acceptance": ""}
     return ProposalContext(**(base | fields))
+
+
+def slot_proposals(files: dict[str, str], slots: int, **fields) -> list:
+    """The proposals of slots 0.. up to `slots`, until one has nothing left past the others' choices."""
+    found = []
+    for slot in range(slots):
+        try:
+            found.append(OfflineAgent("o").propose(context_for(files, slot=slot, **fields)))
+        except AgentExhausted:
+            break
+    return found
 
 
 def test_same_iteration_and_slot_give_the_same_proposal(reference_run):
@@ -41,7 +52,7 @@ def test_cpu_targets_never_get_cuda_only_transforms(reference_run):
 
 
 def test_prerequisites_gate_a_transform(reference_run):
-    proposals = [OfflineAgent("o").propose(context_for(reference_run.files, slot=s)) for s in range(12)]
+    proposals = slot_proposals(reference_run.files, 12)
     seen = {name for p in proposals for name in p.transforms}
     assert "moe_dispatch" not in seen  # needs fp8_dequant_at_build in the lineage first
 
@@ -49,20 +60,17 @@ def test_prerequisites_gate_a_transform(reference_run):
 def test_worked_lessons_are_exploited_and_failed_variants_avoided(reference_run):
     lessons = [Lesson(feature="gated_attention", outcome="worked", summary="rope_tables(table_rows=16384): 1.07x"),
                Lesson(feature="codebook_mtp", outcome="failed", summary="static_caches(rows=max_context): slower")]
-    proposals = [OfflineAgent("o").propose(context_for(reference_run.files, slot=s, lessons=lessons))
-                 for s in range(6)]
+    proposals = slot_proposals(reference_run.files, 6, lessons=lessons)
     assert proposals[0].transforms == ["rope_tables"]  # slot 0 exploits
     assert all(p.transforms != ["rope_tables"] for p in proposals[1:])  # the others explore untried transforms
     failures = ["static_caches(rows=max_context) (mismatch): logits differ", "rope_tables(table_rows=16384) (crash)"]
-    titles = {OfflineAgent("o").propose(context_for(reference_run.files, slot=s, failures=failures)).title
-              for s in range(13)}
+    titles = {p.title for p in slot_proposals(reference_run.files, 13, failures=failures)}
     assert not any("static_caches(rows=max_context)" in t or "rope_tables" in t for t in titles)
 
 
 def test_a_correct_but_slower_variant_is_avoided_only_on_the_parent_it_was_measured_on(reference_run):
     def titles(lesson: Lesson, parent: str) -> set[str]:
-        return {OfflineAgent("o").propose(context_for(reference_run.files, slot=s, lessons=[lesson],
-                                                      parent_id=parent)).title for s in range(13)}
+        return {p.title for p in slot_proposals(reference_run.files, 13, lessons=[lesson], parent_id=parent)}
 
     variant = "static_caches(rows=max_context)"
     slower = Lesson(feature="codebook_mtp", outcome="failed", verdict="slower",
@@ -111,14 +119,20 @@ def test_exploring_slots_repeat_neither_slot_0_nor_a_variant_measured_on_the_par
     gather_1, *others = (TRANSFORMS["moe_dispatch"].label(p) for p in TRANSFORMS["moe_dispatch"].variants())
     lessons = [Lesson(feature="fp8_moe", outcome="promising", summary=f"{gather_1} on run.i001.s00: slower: 1.03x")]
 
-    def titles(lessons: list[Lesson]) -> list[str]:
+    def titles(lessons: list[Lesson], measured: list[str] = (), slots: int = 2) -> list[str]:
         return [OfflineAgent("o").propose(context_for(files, iteration=3, slot=s, parent_id="run.i002.s00",
-                                                      applied_transforms=lineage, lessons=lessons)).title
-                for s in range(2)]
+                                                      applied_transforms=lineage, lessons=lessons,
+                                                      measured_on_parent=list(measured))).title
+                for s in range(slots)]
     assert titles(lessons) == [gather_1, others[0]]
     measured = [Lesson(feature="fp8_moe", outcome="promising", summary=f"{t} on run.i002.s00: slower: 1.01x")
                 for t in (gather_1, others[0])]
-    assert not set(titles(lessons + measured)) & {gather_1, others[0]}
+    assert titles(lessons + measured, [gather_1, others[0]]) == others[1:3]
+    # only this run's record counts: another run's lesson on a parent of the same name (e.g. "reference" of
+    # another target) does not stop exploring
+    assert titles(lessons + measured)[1] == others[0]
+    with pytest.raises(AgentError, match="no transform left"):  # a third slot finds nothing new: no duplicate
+        titles(lessons + measured, [gather_1, others[0]], slots=3)
 
 
 def test_a_lineage_of_offline_proposals_stacks_every_cpu_transform(reference_run, load_package):
@@ -146,15 +160,15 @@ def test_cuda_targets_get_graph_transforms_once_their_prerequisites_are_in(refer
     files = reference_run.files
     for name in lineage:
         files = transformed(files, (name, next(TRANSFORMS[name].variants())))
-    seen = {n for s in range(24) for n in OfflineAgent("o").propose(
-        context_for(files, device="cuda", gpu="h200", slot=s, applied_transforms=lineage)).transforms}
+    seen = {n for p in slot_proposals(files, 24, device="cuda", gpu="h200", applied_transforms=lineage)
+            for n in p.transforms}
     assert "cuda_graph_backbone" in seen and not seen & set(lineage)
 
 
 def test_slots_past_the_best_tier_try_other_parameter_variants(reference_run):
     # slot 0 leaps; six CPU transforms are eligible on the reference: slots 1-6 take their first variants, 7-12
     # the next
-    labels = {OfflineAgent("o").propose(context_for(reference_run.files, slot=s)).title for s in range(13)}
+    labels = {p.title for p in slot_proposals(reference_run.files, 13)}
     assert {"static_caches(rows=max_context)", "static_caches(rows=1024)"} <= labels
 
 

@@ -47,6 +47,7 @@ def test_recommended_gates_double_the_distances_and_bound_clean_agreement():
     assert gates.top1_agreement == math.floor(1000 * (1 - 2 * wilson_upper(8, 320))) / 1000 < 0.95
     assert 0.97 < gates.top5_agreement < 1  # nothing seen in 320 steps is not a rate of 0
     assert wilson_upper(0, 120) == pytest.approx(1.96 ** 2 / (120 + 1.96 ** 2))
+    assert recommend(replace(d, logit_atol_for_twice=0.0121)).logit_atol == 0.013  # two digits, no float noise
     assert recommend(replace(d, codec_perturbed=False)).waveform_max_abs is None
 
 

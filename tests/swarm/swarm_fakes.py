@@ -14,7 +14,7 @@ from pathlib import Path
 
 from evaluator import NoiseCalibration, judge_version
 from evaluator.verdict import BenchResult, Comparison, Evidence, Profile, ProfileRow, PromptFigures, Status, Verdict
-from swarm.agents.base import AgentError, BudgetExceeded
+from swarm.agents.base import AgentError, AgentExhausted, BudgetExceeded
 from swarm.agents.ledger import CallRecord, CostLedger
 from swarm.proposal import FileEdit, Proposal, ProposalContext
 
@@ -33,9 +33,9 @@ def speed_file(speed: float, note: str) -> str:
 
 
 class FakeAgent:
-    """Plays a plan: (iteration, slot) -> a speed factor, or "bad_edit" / "broken" / "error" / "budget", or
-    "dup" (exactly the engine that a factor of 1.5 in slot 0 of the same iteration makes), or "broken_again" (the
-    same broken engine whenever the parent is the same)."""
+    """Plays a plan: (iteration, slot) -> a speed factor, or "bad_edit" / "broken" / "error" / "exhausted" /
+    "budget", or "dup" (exactly the engine that a factor of 1.5 in slot 0 of the same iteration makes), or
+    "broken_again" (the same broken engine whenever the parent is the same)."""
 
     def __init__(self, name: str, plan: dict[tuple[int, int], float | str], cost_usd: float = 0.0,
                  log: Path | None = None):
@@ -61,6 +61,8 @@ class FakeAgent:
         action = self.plan.get((context.iteration, context.slot), 1.0)
         if action == "error":
             raise AgentError(f"{self.name}: the model returned no edits")
+        if action == "exhausted":
+            raise AgentExhausted(f"{self.name}: nothing left to try on {context.parent_id}")
         if action == "budget":
             raise BudgetExceeded(f"{self.name}: the call would cross the dollar cap")
         speed, _ = read_speed(context.parent_files)

@@ -104,13 +104,14 @@ def test_agent_failure_is_recorded_without_a_lesson():
     assert all(lesson.candidate_id != f"{outcome.run_id}.i001.s00" for lesson in lessons)
 
 
-def test_an_iteration_in_which_no_agent_proposes_anything_stops_the_run():
-    plan = {(1, 1): "error", (2, 0): "error", (2, 1): "error"}  # one error alone does not stop it
+def test_a_run_stops_when_every_slot_has_nothing_left_but_not_on_passing_errors():
+    plan = {(1, 0): "error", (1, 1): "error",  # e.g. an API outage: the next iteration asks again
+            (2, 1): "exhausted", (3, 0): "exhausted", (3, 1): "exhausted"}
     with fake_swarm(small_target(budget={"iterations": 6}), [FakeAgent("a", plan)]) as swarm:
         outcome = swarm.start()
         iterations = {c.iteration for c in swarm.kb.candidates(outcome.run_id)}
-    assert iterations == {1, 2}
-    assert outcome.stop_reason.startswith("no agent proposed a candidate") and "no edits" in outcome.stop_reason
+    assert iterations == {1, 2, 3}
+    assert outcome.stop_reason.startswith("no agent has a candidate left") and "nothing left" in outcome.stop_reason
 
 
 def test_second_run_gets_the_next_id_and_a_fresh_secret():
