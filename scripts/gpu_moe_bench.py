@@ -60,7 +60,7 @@ class Layer:
     gate_up_scale: torch.Tensor
     down: torch.Tensor  # (E, H, I) uint8 view
     down_scale: torch.Tensor
-    shared_down: torch.Tensor
+    shared_down: list[torch.Tensor]  # per launch, so that it too comes from memory and not from L2
     x: torch.Tensor
     logits: list[torch.Tensor]  # per launch: router logits whose top 8 are experts 8i..8i+7
     ids: list[torch.Tensor]  # per launch: those expert ids, as the gate|up kernel writes them
@@ -84,7 +84,7 @@ def _layer() -> Layer:
     ids = [torch.arange(i * k, (i + 1) * k, device=DEVICE, dtype=torch.int32) for i in range(launches)]
     shared = CFG.shared_expert_intermediate_size
     return Layer(gate_up.view(torch.uint8), gate_up_scale, down.view(torch.uint8), down_scale,
-                 torch.randn(h, shared, device=DEVICE, dtype=bf16) * shared ** -0.5,
+                 [torch.randn(h, shared, device=DEVICE, dtype=bf16) * shared ** -0.5 for _ in range(launches)],
                  torch.randn(1, h, device=DEVICE, dtype=bf16), logits, ids,
                  torch.randn(k, inter, device=DEVICE), (torch.randn(shared, device=DEVICE, dtype=bf16),
                                                          torch.randn(shared, device=DEVICE, dtype=bf16),
@@ -104,10 +104,10 @@ def _launches(fused, layer: Layer, kernel: str, t: dict[str, int]) -> list[Calla
             h, inter, block, bn, bk, True, num_warps=t["num_warps"]) for logits in layer.logits]
     dbn, shared = min(t["down_block_n"], block), CFG.shared_expert_intermediate_size
     out = torch.empty_like(layer.x)
-    return [lambda ids=ids: fused._down_kernel[(h // dbn,)](
-        layer.hidden, ids, layer.down, layer.down_scale, *layer.shared, layer.shared_down, out, k, kp, h, inter,
+    return [lambda ids=ids, sd=sd: fused._down_kernel[(h // dbn,)](
+        layer.hidden, ids, layer.down, layer.down_scale, *layer.shared, sd, out, k, kp, h, inter,
         shared, block, dbn, min(block, fused._tile(inter, t["down_block_k"])), fused._tile(shared, t["down_block_k"]),
-        True, num_warps=t["down_warps"]) for ids in layer.ids]
+        True, num_warps=t["down_warps"]) for ids, sd in zip(layer.ids, layer.shared_down)]
 
 
 def _bytes(kernel: str) -> int:
