@@ -167,8 +167,15 @@ def kept_engine(engine_id: str, config_name: str) -> tuple[str, dict[str, str]]:
     return f"{kept.id}: {kept.title}", EngineRepo(engines_path()).files(kept.git_commit)
 
 
+def package_root(prefix: str) -> Path:
+    """A fresh temporary directory on sys.path, for import_package."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    sys.path.insert(0, str(root))
+    return root
+
+
 def import_package(files: dict[str, str], root: Path, name: str):
-    """Write `files` to root/name (root on sys.path) and import it."""
+    """Write `files` to root/name (root from package_root) and import it."""
     write_files(files, root / name)
     return importlib.import_module(name)
 
@@ -412,8 +419,7 @@ def main() -> None:
     reports[0].peak_gib = peak_gib()
     del ref
     gc.collect()
-    root = Path(tempfile.mkdtemp(prefix="fast_check_"))
-    sys.path.insert(0, str(root))
+    root = package_root("fast_check_")
     engines = [(name, [f"{t}({', '.join(f'{k}={v}' for k, v in o.items())})" for t, o in RECIPES[name]],
                 lambda name=name: recipe_files(RECIPES[name])) for name in names]
     if args.kept:

@@ -16,7 +16,6 @@ import argparse
 import importlib
 import json
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -33,7 +32,7 @@ sys.path.insert(0, str(REPO))
 
 from knowledge_base.transforms.triton_tower import triton_tower
 from reference_runtime.bench import graph_ms
-from scripts.gpu_fast_check import import_package, recipe_files
+from scripts.gpu_fast_check import import_package, package_root, recipe_files
 
 DEVICE = torch.device("cuda")
 L2_BYTES = 200 << 20  # the weight copies of one graph: several times the H200's 50 MB L2
@@ -107,8 +106,7 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=240.0, help="start no new shape after this many seconds")
     args = parser.parse_args()
     started = time.monotonic()
-    root = Path(tempfile.mkdtemp(prefix="gemv_bench_"))
-    sys.path.insert(0, str(root))
+    root = package_root("gemv_bench_")
     engine = import_package(recipe_files((("cuda_graph_frame", {}), ("triton_tower", {}))), root, "gemv_bench_engine")
     kernels = importlib.import_module(f"{engine.__name__}.triton_tower")
     print(f"{torch.cuda.get_device_name()}; torch {torch.__version__}, triton {triton.__version__}", flush=True)

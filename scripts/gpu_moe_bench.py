@@ -17,7 +17,6 @@ import importlib
 import itertools
 import json
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -33,7 +32,7 @@ from knowledge_base.transforms.triton_moe_fused import triton_moe_fused
 from reference_runtime.bench import graph_ms
 from reference_runtime.config import get_config
 from reference_runtime.fp8 import quantize_blocks
-from scripts.gpu_fast_check import import_package, recipe_files
+from scripts.gpu_fast_check import import_package, package_root, recipe_files
 
 DEVICE = torch.device("cuda")
 CFG = get_config("drama3").backbone
@@ -124,8 +123,7 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=240.0, help="start no new tile after this many seconds")
     args = parser.parse_args()
     started = time.monotonic()
-    root = Path(tempfile.mkdtemp(prefix="moe_bench_"))
-    sys.path.insert(0, str(root))
+    root = package_root("moe_bench_")
     engine = import_package(recipe_files((("cuda_graph_frame", {}), ("triton_fp8_moe", {}), ("triton_moe_fused", {}))),
                             root, "moe_bench_engine")
     fused = importlib.import_module(f"{engine.__name__}.fused_moe")

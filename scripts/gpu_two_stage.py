@@ -16,7 +16,6 @@ import argparse
 import json
 import random
 import sys
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
@@ -25,7 +24,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from gpu_fast_check import RECIPES, import_package, kept_engine, recipe_files
+from gpu_fast_check import RECIPES, import_package, kept_engine, package_root, recipe_files
 
 from candidates.repo import engine_files
 from evaluator.inputs import trial_request
@@ -74,8 +73,7 @@ def main() -> None:
     frames, trials = args.frames or spec.frames, args.trials or spec.warm_trials
     warmup = spec.warmup_trials if args.warmup is None else args.warmup
     config = get_config(args.config or target.model.config)
-    root = Path(tempfile.mkdtemp(prefix="two_stage_"))
-    sys.path.insert(0, str(root))
+    root = package_root("two_stage_")
     base = kept_engine(args.kept, config.name)[1] if args.kept else engine_files(args.engine)
     package = import_package(recipe_files(RECIPES[args.recipe] if args.recipe else (), base), root, "two_stage_engine")
     generation = where["one_gpu"][0]
