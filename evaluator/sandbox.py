@@ -135,7 +135,8 @@ class Worker:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "evaluator.worker", "--fd-in", str(to_child_r), "--fd-out", str(from_child_w)],
                 pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                env=_environment(devices.visible, target.hardware.cpu_threads), cwd=tmp, start_new_session=True, close_fds=True)
+                env=_environment(devices.visible, target.hardware.cpu_threads), cwd=tmp, start_new_session=True,
+                close_fds=True)
         finally:
             for fd in (to_child_r, from_child_w, log):
                 os.close(fd)

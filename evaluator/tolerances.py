@@ -10,8 +10,8 @@ other side, so each recommended gate allows twice the measured distance: logit_a
 step's error fits atol + logit_rtol * |ref|, the EOS and waveform limits at twice the worst error, and top-1 /
 top-5 agreement at one minus twice the disagreement rate's 95% upper bound (Wilson, per prompt), so that a clean
 small sample does not demand perfection (the cascade's one-step prefill check on a random prompt, 10 steps, still
-fails on any disagreement under a bound above 0.9). The codec decodes the oracle's codes in both precisions too, where its
-dtype follows the weights (on GPU; on CPU it runs in float32 either way).
+fails on any disagreement under a bound above 0.9). The codec decodes the oracle's codes in both precisions too,
+where its dtype follows the weights (on GPU; on CPU it runs in float32 either way).
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""Streaming latency and throughput of an engine: TTFA, frames/s and RTF over warm trials (p50 / p95).
+r"""Streaming latency and throughput of an engine: TTFA, frames/s and RTF over warm trials (p50 / p95).
 
-    python -m reference_runtime.bench --config drama3-tiny --device cpu --frames 24 --trials 20 [--threads 1] [--json out.json]
+    python -m reference_runtime.bench --config drama3-tiny --device cpu --frames 24 --trials 20 \
+        [--threads 1] [--json out.json]
 
 Each trial streams one request with ignore_eos and a fixed frame count (so the work cannot shrink), first chunk
 after 1 frame. `measure_trial` is the reusable per-trial measurement; `graph_ms` times GPU work replayed as a

@@ -222,7 +222,7 @@ class Swarm:
         parent_files = self.repo.files(parent.commit)
         empty = [s for s in range(num_slots) if s not in view.slots(iteration)]
         out_of_dollars, errors = False, []
-        stale = _rejected_by_another_judge(self.kb, view.run.id)
+        stale = _rejected_by_another_judge(view)
         seen_trees = {self.repo.tree(c.git_commit): c.id for c in view.candidates if c.git_commit and c.id not in stale}
 
         def context_for(slot: int):
@@ -318,10 +318,10 @@ def _dirname(engine_id: str) -> str:
     return "e_" + re.sub(r"\W", "_", engine_id)
 
 
-def _rejected_by_another_judge(kb: KnowledgeStore, run_id: str) -> set[str]:
+def _rejected_by_another_judge(view: RunView) -> set[str]:
     """The run's candidates that another version of the evaluator rejected: proposed again, such an engine is
     evaluated again instead of being turned away as a duplicate (a since-fixed check may have been wrong)."""
     rejections = {s.value for s in Status if not s.is_correct}
     # read leniently: a verdict of another judge may predate or outlive fields of today's Verdict
-    return {v.candidate_id for v in kb.verdicts(run_id) if v.status in rejections and v.verdict_json
+    return {v.candidate_id for v in view.verdicts.values() if v.status in rejections and v.verdict_json
             and json.loads(v.verdict_json).get("judge", "") != judge_version()}

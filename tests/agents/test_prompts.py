@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import pytest
-from conftest import PARENT_FILES
 from engine_copies import transformed, with_prerequisites
 
 from knowledge_base.transforms import TRANSFORMS
@@ -47,14 +46,15 @@ def test_proposal_prompt_carries_the_context(context):
 
 
 def test_proposal_prompt_shows_the_diff_that_renews_a_stale_kernel(context, reference_run):
-    files = transformed(reference_run.files, *with_prerequisites("triton_tower", next(TRANSFORMS["triton_tower"].variants())))
+    tower = TRANSFORMS["triton_tower"]
+    files = transformed(reference_run.files, *with_prerequisites(tower.name, next(tower.variants())))
     stale = files | {"triton_tower.py": files["triton_tower.py"].replace("RESIDUAL_", "OLD_")}
     applied = ["triton_tower"]
     assert proposal_prompt(context.model_copy(update={"parent_files": files, "applied_transforms": applied})) \
         .count("today's version") == 0
     text = proposal_prompt(context.model_copy(update={"parent_files": stale, "applied_transforms": applied}))
     renewals = text.split("## Kernels in this engine older")[1].split("## Known optimisations")[0]
-    assert f"### `triton_tower`: today's version {template_version(TRANSFORMS['triton_tower'])}" in renewals
+    assert f"### `triton_tower`: today's version {template_version(tower)}" in renewals
     assert "--- a/triton_tower.py\n+++ b/triton_tower.py\n" in renewals
     assert any(line.startswith("-") and "OLD_" in line for line in renewals.splitlines())
     assert any(line.startswith("+") and "RESIDUAL_" in line for line in renewals.splitlines())
@@ -62,7 +62,7 @@ def test_proposal_prompt_shows_the_diff_that_renews_a_stale_kernel(context, refe
 
 def test_a_prompt_budget_shows_the_profiled_files_first_and_names_the_rest(context):
     files = {"fused_moe.py": "def _gate_up_kernel(x):\n" + "    x = x + 1\n" * 400,
-             "codec.py": "def decode_frames(x):\n" + "    x = x * 2\n" * 300, "moe.py": PARENT_FILES["moe.py"]}
+             "codec.py": "def decode_frames(x):\n" + "    x = x * 2\n" * 300, "moe.py": context.parent_files["moe.py"]}
     context = context.model_copy(update={"parent_files": files, "parent_figures": (
         "Where the parent's time goes per frame:\n    0.930     40.0  _gate_up_kernel\n    0.100  1.0  aten::mm")})
     full = proposal_prompt(context)
