@@ -7,10 +7,10 @@
     live_workers.stop_all()   # on an interrupt: kill every worker of this process
 """
 from . import live_workers
-from .evaluate import calibrate_noise, evaluate
+from .evaluate import calibrate_noise, evaluate, with_calibration
 from .statistics import NoiseCalibration
 from .verdict import EvaluatorError, Status, Verdict
 from .version import judge_version
 
 __all__ = ["live_workers", "evaluate", "calibrate_noise", "NoiseCalibration", "EvaluatorError", "Status", "Verdict",
-           "judge_version"]
+           "judge_version", "with_calibration"]

@@ -11,11 +11,11 @@ import secrets
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from candidates import EngineRepo
-from evaluator import NoiseCalibration, Status, judge_version
+from evaluator import NoiseCalibration, Status, judge_version, with_calibration
 from knowledge_base import CandidateRecord, CandidateState, KnowledgeStore, RunRecord, RunState
 from targets import Target
 
@@ -140,7 +140,6 @@ class Swarm:
                                     resumed=resumed, iterations=self.target.budget.iterations))
             for kept in view.kept:  # tags are written after the KB commit; a kill in between loses only the tag
                 self.repo.tag_kept(kept.id, kept.git_commit)
-            calibration = self._calibration(view)
             num_slots = len(agents) * self.per_agent
             while True:
                 view = RunView.load(self.kb, run_id)
@@ -153,7 +152,7 @@ class Swarm:
                 log_.emit(ev.IterationStarted(run_id=run_id, iteration=iteration, parent_id=parent.id,
                                               slots=num_slots))
                 varied = self._vary(view, iteration, agents, num_slots, ledger)
-                self._evaluate(RunView.load(self.kb, run_id), iteration, calibration)
+                self._evaluate(RunView.load(self.kb, run_id), iteration)
                 self._flush_elapsed(run_id)
                 if varied.out_of_dollars:
                     reason = f"{DOLLARS} spent (the ledger refused a call that could cross the cap)"
@@ -191,12 +190,12 @@ class Swarm:
         self.events.emit(ev.SpendUpdated(run_id=run_id, iterations=spend.iterations, wall_minutes=spend.wall_minutes,
                                          gpu_hours=spend.gpu_hours, dollars=spend.dollars))
 
-    def _engine_dir(self, run_id: str, engine_id: str, commit: str) -> Path:
+    def _engine_dir(self, run_id: str, engine_id: str, commit: str, under: str = "engines") -> Path:
         """Where an engine is evaluated from: the reference package itself when the commit is today's reference
         (the evaluator then reuses its oracle as the baseline), else a checkout under the run's directory."""
         if commit == self._reference_commit():
             return reference_engine_dir(self.target)
-        return self.repo.materialise(commit, run_dir(run_id) / "engines" / _dirname(engine_id))
+        return self.repo.materialise(commit, run_dir(run_id) / under / _dirname(engine_id))
 
     def _reference_commit(self) -> str:
         if self._reference is None:
@@ -204,9 +203,13 @@ class Swarm:
         return self._reference
 
     def _calibration(self, view: RunView) -> NoiseCalibration:
+        """The run's A/A band: measured at its first would-be win (a run that never gets one never pays for the
+        extra benchmark, and a new run's first candidates start at once), then kept in the run's record."""
         if view.run.calibration_json:
             return NoiseCalibration.model_validate_json(view.run.calibration_json)
-        baseline_dir = self._engine_dir(view.run.id, view.baseline.id, view.baseline.commit)
+        # its own copy: evaluations in flight read the run's copy of the same engine, which materialising again
+        # would replace under them
+        baseline_dir = self._engine_dir(view.run.id, view.baseline.id, view.baseline.commit, under="calibration_engine")
         calibration = self.executor.calibrate(baseline_dir, run_dir(view.run.id) / "calibration",
                                               secret_seed(view.run, "calibration"))
         self.kb.set_calibration(view.run.id, calibration.model_dump_json())
@@ -260,20 +263,21 @@ class Swarm:
                                                   title=record.title, error=error))
         return _Varied(out_of_dollars, len(empty), errors)
 
-    def _evaluate(self, view: RunView, iteration: int, calibration: NoiseCalibration) -> None:
+    def _evaluate(self, view: RunView, iteration: int) -> None:
         pending = view.unevaluated(iteration)
         if not pending:
             return
         run_id = view.run.id
         parent = view.parent_for(iteration)
         baseline_dir = self._engine_dir(run_id, parent.id, parent.commit)
+        stored = NoiseCalibration.model_validate_json(view.run.calibration_json) if view.run.calibration_json else None
         jobs = []
         for c in pending:
             work = run_dir(run_id) / "work" / _dirname(c.id)
             shutil.rmtree(work, ignore_errors=True)  # a killed evaluation's leftovers
             jobs.append(EvalJob(candidate_id=c.id, candidate_dir=self._engine_dir(run_id, c.id, c.git_commit),
                                 baseline_dir=baseline_dir, work_dir=work, secret_seed=secret_seed(view.run, c.id),
-                                calibration=calibration))
+                                calibration=stored))
             self.kb.mark_evaluating(c.id)
             self.events.emit(ev.EvaluationStarted(run_id=run_id, candidate_id=c.id))
         by_id = {c.id: c for c in pending}
@@ -282,8 +286,20 @@ class Swarm:
             return not exhausted(self.target.budget, spend, mid_iteration=True)
 
         for result in self.executor.evaluate_all(jobs, proceed):
-            self._retain(view, parent, by_id[result.job.candidate_id], result)
+            self._retain(view, parent, by_id[result.job.candidate_id], self._calibrated(run_id, result))
         self.repo.set_run_branch(run_id, RunView.load(self.kb, run_id).best().commit)
+
+    def _calibrated(self, run_id: str, result: EvalResult) -> EvalResult:
+        """A comparison judged without the run's A/A band, decided again against it: measured now for a would-be
+        win, and once measured applied to every later verdict (those judged alongside the first win included)."""
+        comparison = result.verdict.comparison
+        if comparison is None or comparison.calibrated:
+            return result
+        view = RunView.load(self.kb, run_id)
+        if not comparison.awaits_calibration and not view.run.calibration_json:
+            return result  # no win either way: not worth the A/A benchmark
+        calibration = self._calibration(view)
+        return replace(result, verdict=with_calibration(result.verdict, calibration, self.target))
 
     def _retain(self, view: RunView, parent: ParentEngine, candidate: CandidateRecord, result: EvalResult) -> None:
         """Record one evaluated candidate: verdict, lesson and, on PASS, a kept engine (one transaction)."""

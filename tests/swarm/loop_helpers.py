@@ -26,7 +26,7 @@ def small_target(name: str = "fake-cpu", **changes) -> Target:
 
 
 def fake_swarm(target: Target, agents: list[FakeAgent], evaluator: FakeEvaluator | None = None,
-               listeners=None) -> Swarm:
+               listeners=None, calibrate=fake_calibrate) -> Swarm:
     return Swarm(target, kb=KnowledgeStore(kb_path(target)), repo=EngineRepo(engines_path()),
-                 executor=LocalExecutor(target, evaluator or FakeEvaluator(), fake_calibrate),
+                 executor=LocalExecutor(target, evaluator or FakeEvaluator(), calibrate),
                  make_agents=lambda ledger: [a.bind(ledger) for a in agents], listeners=listeners)

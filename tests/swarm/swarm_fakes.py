@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from evaluator import NoiseCalibration, judge_version
+from evaluator.statistics import decide, threshold
 from evaluator.verdict import BenchResult, Comparison, Evidence, Profile, ProfileRow, PromptFigures, Status, Verdict
 from swarm.agents.base import AgentError, AgentExhausted, BudgetExceeded
 from swarm.agents.ledger import CallRecord, CostLedger
@@ -100,7 +101,7 @@ class FakeEvaluator:
         work_dir.mkdir(parents=True, exist_ok=True)
         speed, note = read_speed(_files(candidate_dir))
         base, _ = read_speed(_files(baseline_dir))
-        verdict = _verdict(candidate_dir, baseline_dir, speed, base, note, target, self.mismatch_tags)
+        verdict = _verdict(candidate_dir, baseline_dir, speed, base, note, target, self.mismatch_tags, calibration)
         if correctness_only and verdict.status.is_correct:
             verdict = Verdict(status=Status.CORRECT, summary="correct (not timed)", candidate=verdict.candidate,
                               baseline=verdict.baseline, stage_seconds=verdict.stage_seconds)
@@ -131,7 +132,7 @@ def _profile(speed: float) -> Profile:
                    total_ms_per_frame=12 / speed, total_calls_per_frame=5.0)
 
 
-def _verdict(candidate_dir, baseline_dir, speed, base, note, target, mismatch_tags) -> Verdict:
+def _verdict(candidate_dir, baseline_dir, speed, base, note, target, mismatch_tags, calibration) -> Verdict:
     common = dict(candidate=str(candidate_dir), baseline=str(baseline_dir), stage_seconds={"fake": 0.0},
                   judge=judge_version())
     if "broken" in note or any(tag in note for tag in mismatch_tags):
@@ -139,13 +140,15 @@ def _verdict(candidate_dir, baseline_dir, speed, base, note, target, mismatch_ta
                        evidence=[Evidence(check="teacher_forced", message="max |diff| 0.5 at frame 3", frame=3,
                                           value=0.5, limit=1e-3)], **common)
     ratio = speed / base
-    threshold = target.benchmark.min_speedup
-    status = Status.PASS if ratio >= threshold else Status.SLOWER
+    # decided as the real evaluator decides: no win without the run's A/A band (the loop measures it then)
+    comparison = Comparison(speedup=ratio, ci_low=ratio * 0.99, ci_high=ratio * 1.01, ttfa_ratio=base / speed,
+                            threshold=threshold(target.benchmark.min_speedup, calibration),
+                            calibrated=calibration is not None)
+    status, _ = decide(comparison, target.benchmark.max_plausible_speedup)
     return Verdict(status=status, summary=f"{ratio:.3f}x frames/s", candidate_bench=_bench("candidate", speed),
                    baseline_bench=_bench("baseline", base), candidate_profile=_profile(speed),
                    baseline_profile=_profile(base),
-                   comparison=Comparison(speedup=ratio, ci_low=ratio * 0.99, ci_high=ratio * 1.01, threshold=threshold,
-                                         ttfa_ratio=base / speed),
+                   comparison=comparison,
                    evidence=[Evidence(check="timing", message=f"speed {speed} vs {base}")], **common)
 
 

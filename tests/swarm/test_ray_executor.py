@@ -22,7 +22,8 @@ def test_ray_task_evaluates_a_candidate_and_calibrates(tmp_path):
     write_files({SPEED_FILE: speed_file(1.5, "c"), "__init__.py": ""}, tmp_path / "candidate")
     write_files({"__init__.py": ""}, tmp_path / "baseline")
     job = EvalJob(candidate_id="c", candidate_dir=tmp_path / "candidate", baseline_dir=tmp_path / "baseline",
-                  work_dir=tmp_path / "work", secret_seed=1)
+                  work_dir=tmp_path / "work", secret_seed=1,
+                  calibration=fake_calibrate(tmp_path / "baseline", target, work_dir=tmp_path))  # a win needs one
     executor = RayExecutor(target, evaluate=FakeEvaluator(), calibrate=fake_calibrate)
     try:
         (result,) = list(executor.evaluate_all([job]))
