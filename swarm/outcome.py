@@ -11,7 +11,7 @@ from knowledge_base import CandidateRecord, EngineKey, Figures, KeptEngine, Less
 from knowledge_base.transforms import TRANSFORMS
 from targets.schema import AcceptanceSpec
 
-from .proposal import Proposal
+from .proposal import Proposal, parent_label
 from .run_state import ParentEngine
 
 EDIT_ERROR = "edit_error"  # a proposal whose SEARCH/REPLACE edits did not apply
@@ -74,13 +74,14 @@ def retain(candidate: CandidateRecord, proposal: Proposal, verdict: Verdict, sec
         evidence_json=json.dumps([e.model_dump(exclude_none=True) for e in verdict.evidence]),
         verdict_json=verdict.model_dump_json(), figures=figures, eval_seconds=seconds)
     kept = None
+    measured_on = parent_label(parent.id, key.model_config, key.device, key.gpu)
     if verdict.status is Status.PASS and figures.speedup is not None:
         kept = KeptEngine(id=candidate.id, run_id=candidate.run_id, parent_id=parent.id,
                           git_commit=candidate.git_commit, key=key, figures=figures, title=candidate.title,
                           speedup_vs_reference=parent.speedup_vs_reference * figures.speedup)
-        summary = f"{candidate.title}: kept, {figures.speedup:.3f}x frames/s over {parent.id}"
+        summary = f"{candidate.title}: kept, {figures.speedup:.3f}x frames/s over {measured_on}"
     else:
-        summary = f"{candidate.title} on {parent.id}: {verdict.status.value}: {verdict.summary}"
+        summary = f"{candidate.title} on {measured_on}: {verdict.status.value}: {verdict.summary}"
     lesson = LessonRecord(run_id=candidate.run_id, candidate_id=candidate.id, feature=feature_of(proposal),
                           outcome=lesson_outcome(verdict, kept is not None), summary=summary,
                           evidence=_evidence_text(verdict), architecture=key.architecture)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
+from knowledge_base import REFERENCE_ID
+
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -14,6 +16,13 @@ class FileEdit(_Model):
     path: str  # relative to the engine package root, e.g. "moe.py"
     search: str
     replace: str
+
+
+def parent_label(parent_id: str, model_config: str, device: str, gpu: str | None) -> str:
+    """How lessons name the parent a candidate was measured on. Kept engines have unique ids; every target's
+    reference is REFERENCE_ID, so it carries the model config and hardware: a CPU demo's timing of a transform on
+    the tiny reference says nothing about the same transform on the full model's reference on a GPU."""
+    return parent_id if parent_id != REFERENCE_ID else f"{parent_id} ({model_config}, {gpu or device})"
 
 
 class Lesson(_Model):
@@ -39,6 +48,10 @@ class ProposalContext(_Model):
     measured_on_parent: list[str] = []  # titles of this run's candidates on this parent so far
     iteration: int = 0
     slot: int = 0  # which of the parallel proposals this is (agents diversify on it)
+
+    @property
+    def parent_label(self) -> str:
+        return parent_label(self.parent_id, self.model_config_name, self.device, self.gpu)
 
 
 class Proposal(_Model):

@@ -120,7 +120,7 @@ def _banned_text(context: ProposalContext, of_kind: str = "") -> str:
     """The failures whose variants (or, with `of_kind` RETUNE or RENEW, retunes or renewals) are never proposed
     again: all but correct-and-not-faster ones measured on another parent (a run's failure lines name no parent;
     such verdicts are in its lessons too)."""
-    here = f" on {context.parent_id}:"
+    here = f" on {context.parent_label}:"
 
     def about(text: str) -> bool:
         return text.startswith(of_kind) if of_kind else _cites_members(text)
@@ -253,7 +253,8 @@ def _tried(title: str, context: ProposalContext) -> bool:
     """Whether the stack of this title was already evaluated on this parent, or failed anywhere (a lesson or
     failure cites its title). A promising stack measured on another parent is a new experiment here: on a faster
     parent the same change can be a larger share of the time."""
-    return any(text.startswith(f"{title} on {context.parent_id}:") for text in (x.summary for x in context.lessons)) \
+    measured = f"{title} on {context.parent_label}:"
+    return any(x.summary.startswith(measured) for x in context.lessons) \
         or any(text.startswith(title + " (") for text in context.failures)
 
 

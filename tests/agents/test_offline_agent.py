@@ -15,6 +15,7 @@ from swarm.edits import apply_edits
 from swarm.proposal import Lesson, ProposalContext
 
 CPU_TRANSFORMS = {name for name, t in TRANSFORMS.items() if "cpu" in t.devices}
+REFERENCE = "reference (drama3-tiny, cpu)"  # how lessons name the tiny reference that context_for's runs measure on
 
 
 def context_for(files: dict[str, str], **fields) -> ProposalContext:
@@ -74,10 +75,12 @@ def test_a_correct_but_slower_variant_is_avoided_only_on_the_parent_it_was_measu
 
     variant = "static_caches(rows=max_context)"
     slower = Lesson(feature="codebook_mtp", outcome="failed", verdict="slower",
-                    summary=f"{variant} on reference: slower: not faster: speedup 1.001")
+                    summary=f"{variant} on {REFERENCE}: slower: not faster: speedup 1.001")
     assert not any(variant in t for t in titles(slower, "reference"))
+    on_gpu = slower.model_copy(update={"summary": f"{variant} on reference (drama3, h200): slower: not faster"})
+    assert any(variant in t for t in titles(on_gpu, "reference"))  # another target's reference: not this one
     assert any(variant in t for t in titles(slower, "run-001.i001.s00"))  # a faster parent: worth measuring again
-    wrong = slower.model_copy(update={"verdict": "mismatch", "summary": f"{variant} on reference: mismatch: off"})
+    wrong = slower.model_copy(update={"verdict": "mismatch", "summary": f"{variant} on {REFERENCE}: mismatch: off"})
     assert not any(variant in t for t in titles(wrong, "run-001.i001.s00"))  # a wrong answer is wrong anywhere
 
 
@@ -91,8 +94,9 @@ def test_two_transforms_that_worked_are_composed(reference_run):
 
 def test_promising_transforms_are_stacked_into_one_candidate(reference_run):
     lessons = [Lesson(feature="fp8_moe", outcome="promising",
-                      summary="fp8_dequant_at_build() on reference: slower: 1.05x"),
-               Lesson(feature="gated_attention", outcome="promising", summary="gqa_sdpa() on reference: slower: 1.02x"),
+                      summary=f"fp8_dequant_at_build() on {REFERENCE}: slower: 1.05x"),
+               Lesson(feature="gated_attention", outcome="promising",
+                      summary=f"gqa_sdpa() on {REFERENCE}: slower: 1.02x"),
                Lesson(feature="sampling", outcome="failed", summary="topk_first_sampling(): mismatch")]
     stacked = OfflineAgent("o").propose(context_for(reference_run.files, iteration=1, slot=0, lessons=lessons))
     assert sorted(stacked.transforms) == ["fp8_dequant_at_build", "gqa_sdpa"]
@@ -103,7 +107,7 @@ def test_promising_transforms_are_stacked_into_one_candidate(reference_run):
     alone = OfflineAgent("o").propose(context_for(reference_run.files, iteration=1, slot=0, lessons=lessons[:1]))
     assert alone.transforms != ["fp8_dequant_at_build"]  # measured already; nothing to stack it with yet
     tried = lessons + [Lesson(feature="fp8_moe", outcome="promising",
-                              summary=f"{stacked.title} on reference: slower: 1.04x")]
+                              summary=f"{stacked.title} on {REFERENCE}: slower: 1.04x")]
     again = OfflineAgent("o").propose(context_for(reference_run.files, iteration=2, slot=0, lessons=tried))
     assert again.title != stacked.title  # the same stack again would be a duplicate: explore instead
     elsewhere = OfflineAgent("o").propose(context_for(reference_run.files, iteration=2, slot=0, lessons=tried,

@@ -216,5 +216,7 @@ def test_zero_padding_leaves_the_decoded_prefix_unchanged(weights):
     gen = torch.Generator().manual_seed(0)
     codes = torch.randint(CFG.codec.residual_codebook_size, (1, CFG.num_codebooks, 5), generator=gen)
     padded = torch.cat((codes, torch.zeros((1, CFG.num_codebooks, 7), dtype=torch.long)), dim=-1)
+    # within fp32 rounding: the two lengths may take different conv kernels (1.5e-6 seen on an AMD EPYC CI host);
+    # frames leaking backwards through the padding would differ by the waveform's own scale
     with torch.inference_mode():
-        torch.testing.assert_close(codec(padded)[:, :5 * CFG.codec.frame_samples], codec(codes), atol=1e-6, rtol=0)
+        torch.testing.assert_close(codec(padded)[:, :5 * CFG.codec.frame_samples], codec(codes), atol=1e-5, rtol=0)
