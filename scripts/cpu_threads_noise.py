@@ -39,7 +39,8 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="cpu_threads_"))
     candidate = work / "candidate"
     write_files(recipe_files(STACK), candidate)
-    print(f"{'threads':>7} {'neighbour':>9} {'baseline fps':>12} {'candidate fps':>13} {'speedup (95% CI)':>24} verdict")
+    print(f"{'threads':>7} {'neighbour':>9} {'baseline fps':>12} {'candidate fps':>13} {'speedup (95% CI)':>24} "
+          "verdict")
     verdicts = []
     for threads in (2, 1):
         for busy in (False, True):

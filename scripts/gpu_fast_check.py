@@ -180,6 +180,13 @@ def import_package(files: dict[str, str], root: Path, name: str):
     return importlib.import_module(name)
 
 
+def recipe_module(steps: tuple[tuple[str, dict], ...], module: str, name: str):
+    """One module (e.g. a kernel file) of the engine built by `steps`, imported as package `name`: what the kernel
+    benches time."""
+    engine = import_package(recipe_files(steps), package_root(f"{name}_"), name)
+    return importlib.import_module(f"{engine.__name__}.{module}")
+
+
 def events_ms(fn: Callable[[], object], repeats: int) -> float:
     if not torch.cuda.is_available():
         return wall_ms(lambda: [fn() for _ in range(repeats)], 1) / repeats

@@ -13,7 +13,6 @@ they reduced once per K chunk; they now keep a 2-D accumulator). Needs CUDA.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 import time
@@ -32,7 +31,7 @@ sys.path.insert(0, str(REPO))
 
 from knowledge_base.transforms.triton_tower import triton_tower
 from reference_runtime.bench import graph_ms
-from scripts.gpu_fast_check import import_package, package_root, recipe_files
+from scripts.gpu_fast_check import recipe_module
 
 DEVICE = torch.device("cuda")
 L2_BYTES = 200 << 20  # the weight copies of one graph: several times the H200's 50 MB L2
@@ -106,9 +105,7 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=240.0, help="start no new shape after this many seconds")
     args = parser.parse_args()
     started = time.monotonic()
-    root = package_root("gemv_bench_")
-    engine = import_package(recipe_files((("cuda_graph_frame", {}), ("triton_tower", {}))), root, "gemv_bench_engine")
-    kernels = importlib.import_module(f"{engine.__name__}.triton_tower")
+    kernels = recipe_module((("cuda_graph_frame", {}), ("triton_tower", {})), "triton_tower", "gemv_bench_engine")
     print(f"{torch.cuda.get_device_name()}; torch {torch.__version__}, triton {triton.__version__}", flush=True)
     rows: list[Row] = []
     for shape in SHAPES:

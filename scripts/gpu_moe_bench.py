@@ -13,7 +13,6 @@ says which tiles to give the defaults. Needs CUDA.
 from __future__ import annotations
 
 import argparse
-import importlib
 import itertools
 import json
 import sys
@@ -32,7 +31,7 @@ from knowledge_base.transforms.triton_moe_fused import triton_moe_fused
 from reference_runtime.bench import graph_ms
 from reference_runtime.config import get_config
 from reference_runtime.fp8 import quantize_blocks
-from scripts.gpu_fast_check import import_package, package_root, recipe_files
+from scripts.gpu_fast_check import recipe_module
 
 DEVICE = torch.device("cuda")
 CFG = get_config("drama3").backbone
@@ -123,10 +122,8 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=240.0, help="start no new tile after this many seconds")
     args = parser.parse_args()
     started = time.monotonic()
-    root = package_root("moe_bench_")
-    engine = import_package(recipe_files((("cuda_graph_frame", {}), ("triton_fp8_moe", {}), ("triton_moe_fused", {}))),
-                            root, "moe_bench_engine")
-    fused = importlib.import_module(f"{engine.__name__}.fused_moe")
+    fused = recipe_module((("cuda_graph_frame", {}), ("triton_fp8_moe", {}), ("triton_moe_fused", {})), "fused_moe",
+                          "moe_bench_engine")
     layer = _layer()
     print(f"{torch.cuda.get_device_name()}; torch {torch.__version__}, triton {triton.__version__}; "
           f"{len(layer.logits)} launches per graph, {CFG.num_layers} MoE layers per frame", flush=True)

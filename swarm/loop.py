@@ -205,8 +205,8 @@ class Swarm:
     def _calibration(self, view: RunView) -> NoiseCalibration:
         """The run's A/A band: measured at its first would-be win (a run that never gets one never pays for the
         extra benchmark, and a new run's first candidates start at once), then kept in the run's record."""
-        if view.run.calibration_json:
-            return NoiseCalibration.model_validate_json(view.run.calibration_json)
+        if (stored := _stored_calibration(view)) is not None:
+            return stored
         # its own copy: evaluations in flight read the run's copy of the same engine, which materialising again
         # would replace under them
         baseline_dir = self._engine_dir(view.run.id, view.baseline.id, view.baseline.commit, under="calibration_engine")
@@ -270,7 +270,7 @@ class Swarm:
         run_id = view.run.id
         parent = view.parent_for(iteration)
         baseline_dir = self._engine_dir(run_id, parent.id, parent.commit)
-        stored = NoiseCalibration.model_validate_json(view.run.calibration_json) if view.run.calibration_json else None
+        stored = _stored_calibration(view)
         jobs = []
         for c in pending:
             work = run_dir(run_id) / "work" / _dirname(c.id)
@@ -296,7 +296,7 @@ class Swarm:
         if comparison is None or comparison.calibrated:
             return result
         view = RunView.load(self.kb, run_id)
-        if not comparison.awaits_calibration and not view.run.calibration_json:
+        if not comparison.awaits_calibration and _stored_calibration(view) is None:
             return result  # no win either way: not worth the A/A benchmark
         calibration = self._calibration(view)
         return replace(result, verdict=with_calibration(result.verdict, calibration, self.target))
@@ -332,6 +332,10 @@ def _proposal(candidate: CandidateRecord) -> Proposal:
 def _dirname(engine_id: str) -> str:
     """A directory name that is also a valid Python package name (the evaluator may import it as one)."""
     return "e_" + re.sub(r"\W", "_", engine_id)
+
+
+def _stored_calibration(view: RunView) -> NoiseCalibration | None:
+    return NoiseCalibration.model_validate_json(view.run.calibration_json) if view.run.calibration_json else None
 
 
 def _rejected_by_another_judge(view: RunView) -> set[str]:
