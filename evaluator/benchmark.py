@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import random
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -23,7 +25,7 @@ from .compare import Logits, check_waveform, invalid_frame, outside_support
 from .correctness import AudioLevel, silence_ratio
 from .inputs import trial_request
 from .sandbox import Deadline, Pool, Worker
-from .statistics import prompt_figures, rel_iqr
+from .statistics import needs_margin, prompt_figures, rel_iqr
 from .streams import StreamRun, check_stream, stream_once
 from .verdict import BenchResult, EvaluatorError, Evidence, Rejected, Status
 
@@ -66,16 +68,32 @@ class Benchmark:
         self.evidence: list[Evidence] = []
         self._seen: dict[str, set[tuple[str, str]]] = {"audio": set(), "frames": set()}
 
-    def run(self, deadline: Deadline) -> list[Trial]:
+    def run(self, deadline: Deadline, undecided: Callable[[list[Trial]], bool] = lambda trials: True) -> list[Trial]:
+        """The warmup and warm rounds; then, while the paired ratios spread too much to trust on the pairs so far
+        (statistics.needs_margin) and `undecided(trials)`, more warm rounds up to benchmark.max_warm_trials, each
+        only while three rounds' time is left: a noisy host gets a verdict on more pairs, not one on too few."""
+        trials: list[Trial] = []
+        for _ in range(self.spec.warmup_trials):
+            trials += self._round(len(trials) // 2, False, deadline)
+        started = time.perf_counter()
+        for rounds in range(1, self.spec.warm_trials_cap + 1):
+            if rounds > self.spec.warm_trials:
+                ratios = paired_ratios(trials)
+                if not needs_margin(spread(trials), len(ratios)) or not undecided(trials):
+                    break
+                if deadline.at - time.perf_counter() < 3 * (time.perf_counter() - started) / (rounds - 1):
+                    break
+            trials += self._round(len(trials) // 2, True, deadline)
+        return trials
+
+    def _round(self, first_pair: int, timed: bool, deadline: Deadline) -> list[Trial]:
+        """One trial pair per prompt, each pair in ABAB/BABA order by its number."""
         trials = []
-        for r in range(self.spec.warmup_trials + self.spec.warm_trials):
-            for prompt in self.spec.prompts:
-                pair = len(trials) // 2
-                request = trial_request(self.config, prompt, self.rng, self.spec.frames)
-                order = ("baseline", "candidate") if pair % 2 == 0 else ("candidate", "baseline")
-                for name in order:
-                    trials.append(self.trial(name, pair, prompt.name, request, r >= self.spec.warmup_trials,
-                                             deadline))
+        for i, prompt in enumerate(self.spec.prompts):
+            pair = first_pair + i
+            request = trial_request(self.config, prompt, self.rng, self.spec.frames)
+            order = ("baseline", "candidate") if pair % 2 == 0 else ("candidate", "baseline")
+            trials += [self.trial(name, pair, prompt.name, request, timed, deadline) for name in order]
         return trials
 
     def trial(self, name: str, pair: int, prompt: str, request: TTSRequest, timed: bool,

@@ -145,7 +145,7 @@ class _Evaluation:
         baseline = self._baseline() if kept_baseline else oracle
         with self.stage("benchmark", t.timeouts.benchmark_s) as deadline:
             bench = Benchmark(self.pool, baseline, candidate, t, self.rng, report.level)
-            trials = bench.run(deadline)
+            trials = bench.run(deadline, undecided=lambda trials: self._verdict_on(trials)[0] is Status.NOISY)
             self.evidence += bench.evidence
             timed = [x for x in trials if x.timed and x.engine == "candidate"]
             for trial in self.rng.sample(timed, min(AUDITED_TRIALS, len(timed))):
@@ -185,6 +185,12 @@ class _Evaluation:
             raise WorkerFailure(role, Status.BUILD_ERROR, f"cannot use {package_dir} as an engine package: {e}") from e
 
     def _decide(self, trials: list[Trial]) -> tuple[Status, str]:
+        status, summary, fields = self._verdict_on(trials)
+        self.verdict_fields |= fields
+        return status, summary
+
+    def _verdict_on(self, trials: list[Trial]) -> tuple[Status, str, dict]:
+        """The speed verdict on `trials` and the verdict fields it rests on."""
         timed = [x for x in trials if x.timed]
         results = {name: bench_result(name, [x for x in timed if x.engine == name]) for name in ("candidate",
                                                                                                    "baseline")}
@@ -193,9 +199,9 @@ class _Evaluation:
         comparison = compare(paired_ratios(trials), ttfa, spread(trials), self.target.benchmark.confidence,
                              self.rng.getrandbits(32), min_speedup=self.target.benchmark.min_speedup,
                              calibration=self.calibration)
-        self.verdict_fields |= {"candidate_bench": results["candidate"], "baseline_bench": results["baseline"],
-                                "comparison": comparison}
-        return decide(comparison, self.target.benchmark.max_plausible_speedup)
+        status, summary = decide(comparison, self.target.benchmark.max_plausible_speedup)
+        return status, summary, {"candidate_bench": results["candidate"], "baseline_bench": results["baseline"],
+                                 "comparison": comparison}
 
 
 def _trusted(call, *args):

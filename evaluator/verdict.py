@@ -73,6 +73,7 @@ class Comparison(_Model):
     threshold: float  # the lower CI bound must clear this (target min_speedup, raised by A/A noise)
     ttfa_ratio: float  # candidate TTFA / baseline TTFA
     spread: float = 0.0  # the largest relative IQR of the paired ratios on one prompt
+    pairs: int = 0  # paired trials the CI rests on (0 in verdicts stored before it was recorded: too few)
     calibrated: bool = True  # the threshold includes an A/A band; without one no comparison is a win
 
     @property

@@ -59,11 +59,25 @@ class BenchmarkSpec(_Strict):
     prompts: list[PromptSpec]
     frames: PositiveInt = 200  # fixed work per trial (ignore_eos), so RTF cannot be gamed by length
     warm_trials: PositiveInt = 20
+    # Where the paired ratios spread over 10% (a noisy host), up to this many warm rounds, so that the verdict rests
+    # on enough pairs to decide (evaluator.statistics.RELIABLE_PAIRS); None: 3x warm_trials. benchmark_s still caps it.
+    max_warm_trials: PositiveInt | None = None
     warmup_trials: int = 2
     first_chunk_frames: PositiveInt = 1
     min_speedup: PositiveFloat = 1.03  # lower CI bound on the frames/s ratio must clear this
     max_plausible_speedup: PositiveFloat = 20.0  # above this the verdict is cheat_suspected (manual review)
     confidence: Frac = 0.95
+
+    @model_validator(mode="after")
+    def _cap_covers_warm_trials(self) -> BenchmarkSpec:
+        if self.max_warm_trials is not None and self.max_warm_trials < self.warm_trials:
+            raise ValueError(f"max_warm_trials ({self.max_warm_trials}) is under warm_trials ({self.warm_trials}); "
+                             "raise it, or leave it out for 3x warm_trials")
+        return self
+
+    @property
+    def warm_trials_cap(self) -> int:
+        return self.max_warm_trials if self.max_warm_trials is not None else 3 * self.warm_trials
 
 
 class ToleranceSpec(_Strict):

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from evaluator.statistics import NoiseCalibration, bootstrap_ci, calibrated, compare, decide, rel_iqr, threshold
+from evaluator.statistics import RELIABLE_PAIRS, NoiseCalibration, bootstrap_ci, calibrated, compare, decide, rel_iqr, threshold
 from evaluator.verdict import Status
 
 
@@ -23,14 +23,23 @@ def _ratios(center: float, jitter: float, n: int = 30, seed: int = 0) -> list[fl
     (1.00, 0.02, Status.SLOWER),  # A/A: identical engines are never a win
     (0.80, 0.02, Status.SLOWER),
     (1.50, 0.02, Status.PASS),
-    (1.50, 0.50, Status.NOISY),  # a clear median, but the ratio spread is as wide as the margin
+    (1.50, 0.50, Status.NOISY),  # a clear median, but on 12 pairs the ratio spread is as wide as the margin
     (3.00, 0.50, Status.PASS),  # far beyond the threshold even with that spread
     (1.04, 0.02, Status.SLOWER),  # faster, but not beyond the 1.05 threshold
     (50.0, 0.02, Status.CHEAT_SUSPECTED),
 ])
 def test_decide(center, spread, status):
-    c = compare(_ratios(center, 0.03), 1.0, spread, 0.95, seed=1, min_speedup=1.03, calibration=AA)
-    assert c.threshold == 1.05 and decide(c, max_plausible=20.0)[0] == status
+    c = compare(_ratios(center, 0.03, n=12), 1.0, spread, 0.95, seed=1, min_speedup=1.03, calibration=AA)
+    assert c.threshold == 1.05 and c.pairs == 12 and decide(c, max_plausible=20.0)[0] == status
+
+
+def test_enough_pairs_let_the_ci_decide_a_spread_win():
+    ratios = _ratios(1.3, 0.3, n=90)
+    few = compare(ratios[:12], 1.0, rel_iqr(ratios[:12]), 0.95, seed=1, min_speedup=1.03, calibration=AA)
+    assert few.spread > 0.1 and decide(few, 20.0)[0] == Status.NOISY
+    many = compare(ratios, 1.0, rel_iqr(ratios), 0.95, seed=1, min_speedup=1.03, calibration=AA)
+    status, reason = decide(many, 20.0)
+    assert many.spread > 0.1 and many.ci_low > 1.05 and status == Status.PASS and "90 pairs" in reason
 
 
 def test_an_uncalibrated_win_is_noisy_until_an_aa_band_decides_it():
@@ -52,6 +61,18 @@ def test_identical_engines_never_pass_over_many_noisy_runs():
         assert c.threshold == 1.03
         wins += decide(c, 20.0)[0] == Status.PASS
     assert wins <= 2  # at most ~1% false wins at 95% confidence, one-sided
+
+
+def test_identical_engines_never_pass_on_enough_pairs_of_a_noisy_host():
+    """From RELIABLE_PAIRS pairs on, the CI decides without the spread margin: it must still hold the false wins
+    down where a 2-core host's trials spread 25%."""
+    wins = 0
+    for seed in range(200):
+        ratios = _ratios(1.0, 0.4, n=RELIABLE_PAIRS, seed=seed)
+        c = compare(ratios, 1.0, rel_iqr(ratios), 0.95, seed=seed, min_speedup=1.03, calibration=TIGHT)
+        assert c.spread > 0.1
+        wins += decide(c, 20.0)[0] == Status.PASS
+    assert wins <= 2
 
 
 def test_bootstrap_ci_brackets_the_median_and_narrows_with_data():
