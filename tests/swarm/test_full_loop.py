@@ -1,6 +1,6 @@
 """The real thing on CPU: `swarm run` on drama3_cpu with the offline proposer and the real evaluator, killed
-with SIGKILL mid-evaluation and resumed; it must evaluate nothing twice and, where the host is quiet enough to tell, keep
-a correct, faster engine."""
+with SIGKILL mid-evaluation and resumed; it must evaluate nothing twice and, where the host is quiet enough to
+tell, keep a correct, faster engine."""
 from __future__ import annotations
 
 import json
