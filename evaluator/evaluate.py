@@ -105,7 +105,7 @@ class _Evaluation:
         return Verdict(status=status, candidate=str(self.candidate_dir), baseline=str(self.baseline_dir),
                        summary=summary, evidence=self.evidence, stage_seconds=self.stages, log_tail=log_tail,
                        hardware=self.ready.hardware if self.ready else "",
-                       software=self.ready.software if self.ready else "", judge=judge_version(),
+                       software=self.ready.software if self.ready else "", judge=judge_version(self.target),
                        **self.verdict_fields)
 
     @contextmanager

@@ -1,13 +1,13 @@
 """Timing statistics and the speed decision: paired frames/s ratios, a bootstrap CI, spread, A/A calibration.
 
-PASS needs the CI's lower bound above the threshold, max(target min_speedup, the A/A band); with an untidy
-spread (relative IQR of the paired ratios on some prompt over MAX_REL_IQR) on fewer than RELIABLE_PAIRS pairs the
-bound must clear the threshold by that spread too, else NOISY: a few pairs with a wide spread make the bootstrap CI
-itself unreliable, while a speedup far beyond the spread is decided either way. A noisy host therefore gets more
-pairs (Benchmark.run extends the rounds) rather than a verdict on too few. SLOWER when the upper bound is under the threshold or the
-median ratio is <= 1; a ratio above max_plausible_speedup is sent to manual review as cheat_suspected. Without an
-A/A calibration a win is NOISY, never PASS: the paired design cannot see order and process effects, and on a 2-core
-CPU they alone lifted an exact copy's CI above min_speedup 1.03.
+PASS needs the CI's lower bound above the threshold, max(target min_speedup, the A/A band); with an untidy spread
+(relative IQR of the paired ratios on some prompt over MAX_REL_IQR) on fewer than RELIABLE_PAIRS pairs the bound
+must clear the threshold by that spread too, else NOISY: a few pairs with a wide spread make the bootstrap CI itself
+unreliable, while a speedup far beyond the spread is decided either way. A noisy host therefore gets more pairs
+(Benchmark.run extends the rounds) rather than a verdict on too few. SLOWER when the upper bound is under the
+threshold or the median ratio is <= 1; a ratio above max_plausible_speedup is sent to manual review as
+cheat_suspected. Without an A/A calibration a win is NOISY, never PASS: the paired design cannot see order and
+process effects, and on a 2-core CPU they alone lifted an exact copy's CI above min_speedup 1.03.
 """
 from __future__ import annotations
 
@@ -108,6 +108,8 @@ def decide(c: Comparison, max_plausible: float) -> tuple[Status, str]:
     if c.ci_low > c.threshold:
         if spread <= MAX_REL_IQR:
             return Status.PASS, f"faster: {ci}"
-        margin = f"beyond a {spread:.0%} spread" if needs_margin(spread, c.pairs) else f"{c.pairs} pairs at a {spread:.0%} spread"
+        margin = f"{c.pairs} pairs at a {spread:.0%} spread"
+        if needs_margin(spread, c.pairs):
+            margin = f"beyond a {spread:.0%} spread"
         return Status.PASS, f"faster: {ci} ({margin})"
     return Status.SLOWER, f"not faster beyond noise: {ci}"

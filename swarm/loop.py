@@ -225,7 +225,7 @@ class Swarm:
         parent_files = self.repo.files(parent.commit)
         empty = [s for s in range(num_slots) if s not in view.slots(iteration)]
         out_of_dollars, errors = False, []
-        stale = _rejected_by_another_judge(view)
+        stale = _rejected_by_another_judge(view, self.target)
         seen_trees = {self.repo.tree(c.git_commit): c.id for c in view.candidates if c.git_commit and c.id not in stale}
 
         def context_for(slot: int):
@@ -338,10 +338,10 @@ def _stored_calibration(view: RunView) -> NoiseCalibration | None:
     return NoiseCalibration.model_validate_json(view.run.calibration_json) if view.run.calibration_json else None
 
 
-def _rejected_by_another_judge(view: RunView) -> set[str]:
+def _rejected_by_another_judge(view: RunView, target: Target) -> set[str]:
     """The run's candidates that another version of the evaluator rejected: proposed again, such an engine is
     evaluated again instead of being turned away as a duplicate (a since-fixed check may have been wrong)."""
     rejections = {s.value for s in Status if not s.is_correct}
     # read leniently: a verdict of another judge may predate or outlive fields of today's Verdict
     return {v.candidate_id for v in view.verdicts.values() if v.status in rejections and v.verdict_json
-            and json.loads(v.verdict_json).get("judge", "") != judge_version()}
+            and json.loads(v.verdict_json).get("judge", "") != judge_version(target)}

@@ -134,7 +134,7 @@ def _profile(speed: float) -> Profile:
 
 def _verdict(candidate_dir, baseline_dir, speed, base, note, target, mismatch_tags, calibration) -> Verdict:
     common = dict(candidate=str(candidate_dir), baseline=str(baseline_dir), stage_seconds={"fake": 0.0},
-                  judge=judge_version())
+                  judge=judge_version(target))
     if "broken" in note or any(tag in note for tag in mismatch_tags):
         return Verdict(status=Status.MISMATCH, summary=f"teacher-forced logits differ ({note})",
                        evidence=[Evidence(check="teacher_forced", message="max |diff| 0.5 at frame 3", frame=3,

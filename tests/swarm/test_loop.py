@@ -160,14 +160,20 @@ def test_an_engine_proposed_twice_is_evaluated_once():
     assert f"same engine as {first.candidate_id}" in second.summary
 
 
-def test_an_engine_another_judge_rejected_is_evaluated_again_when_proposed_again(monkeypatch):
+@pytest.mark.parametrize("change", ["evaluator", "gates"])
+def test_an_engine_another_judge_rejected_is_evaluated_again_when_proposed_again(monkeypatch, change):
+    """Another judge: a fixed evaluator, or the same evaluator under the target's corrected gates."""
     plan = {(1, 0): "broken_again", (1, 1): "broken_again", (2, 0): "broken_again"}
     with fake_swarm(small_target(budget={"iterations": 1}), [FakeAgent("a", plan)]) as swarm:
         run_id = swarm.start().run_id
         # same judge: once (proposals are committed as they arrive, so either slot may be the first)
         assert sorted(v.status for v in swarm.kb.verdicts(run_id)) == ["duplicate", "mismatch"]
-    monkeypatch.setattr("swarm.loop.judge_version", lambda: "a-fixed-evaluator")
-    with fake_swarm(small_target(budget={"iterations": 2}), [FakeAgent("a", plan)]) as swarm:
+    resumed = small_target(budget={"iterations": 2})
+    if change == "evaluator":
+        monkeypatch.setattr("swarm.loop.judge_version", lambda target: "a-fixed-evaluator")
+    else:
+        resumed = small_target(budget={"iterations": 2}, tolerances={"logit_atol": 0.5})
+    with fake_swarm(resumed, [FakeAgent("a", plan)]) as swarm:
         swarm.resume(run_id)
         statuses = [v.status for v in swarm.kb.verdicts(run_id)]
         assert sorted(statuses[:2]) == ["duplicate", "mismatch"] and statuses[2:] == ["mismatch", "slower"]
