@@ -4,7 +4,6 @@ with TRITON_INTERPRET=1: the grouped kernels equal the reference MoE's expert lo
 match the reference on drama3-tiny. The native FP8 path runs in tests/gpu/."""
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import os
 

@@ -244,5 +244,7 @@ def test_engine_teacher_forced_logits_match_reference(packages, monkeypatch):
     monkeypatch.setattr(kernels[0], "triton_tower_layer", lambda *args: calls.append(1) or original(*args))
     weights = init_weights(CFG, seed=0, device="cpu")
     ref, eng = build_engine(CFG, weights, "cpu"), fast.build_engine(CFG, weights, "cpu")
-    frames = assert_logits_match(ref, eng, TTSRequest(text="Hello", max_frames=3, ignore_eos=True, seed=1))
+    # two frames: the prefill's predict step and a decode frame's, the two callers of the tower (each frame is
+    # 78 interpreted launches)
+    frames = assert_logits_match(ref, eng, TTSRequest(text="Hello", max_frames=2, ignore_eos=True, seed=1))
     assert len(calls) == CFG.num_tower_layers * len(frames)  # every predict step's tower, through the kernels

@@ -15,6 +15,7 @@ from candidates.repo import engine_files, write_files
 from knowledge_base.transforms import NotApplicable
 from knowledge_base.transforms.cuda_graph_codec import cuda_graph_codec
 from knowledge_base.transforms.cuda_graph_frame import cuda_graph_frame
+from knowledge_base.transforms.triton_tower import triton_tower
 from reference_runtime.api import SamplingParams, StreamSchedule, TTSRequest, VoiceReference
 from reference_runtime.config import get_config
 from reference_runtime.model import build_engine
@@ -63,12 +64,16 @@ def assert_logits_match(ref, eng, request: TTSRequest, tol: float = 1e-4) -> tor
     return frames
 
 
-def assert_kernels_run_every_decode_frame(transforms, wrapper: str, layers: int, root: Path,
+def assert_kernels_run_every_decode_frame(transform, wrapper: str, layers: int, root: Path,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    """The reference package with `transforms` applied passes drama3-tiny's teacher-forced logits, and its
-    decode_step calls `wrapper` once for each of `layers` layers in every frame after the first."""
-    fast = load(transformed(engine_files(REFERENCE), transforms), root)
+    """The reference package with cuda_graph_frame, triton_tower and the backbone-kernel `transform` passes
+    drama3-tiny's teacher-forced logits, and its decode_step calls `wrapper` once for each of `layers` layers in
+    every frame after the first. The tower steps run the torch tower layer: their kernels are checked in the engine
+    by interpret_triton_tower.py, and interpreted here they took nearly all of this test's minute."""
+    graph = transformed(engine_files(REFERENCE), [cuda_graph_frame])
+    fast = load(transformed(graph, [triton_tower, transform]), root)
     step = importlib.import_module(f"{fast.__name__}.decode_step")
+    monkeypatch.setattr(step, "tower_layer", load(graph, root).decode_tower.tower_layer_decode)
     original, calls = getattr(step, wrapper), []
     monkeypatch.setattr(step, wrapper, lambda *args: calls.append(1) or original(*args))
     weights = init_weights(CFG, seed=0, device="cpu")
