@@ -78,8 +78,7 @@ class Benchmark:
         started = time.perf_counter()
         for rounds in range(1, self.spec.warm_trials_cap + 1):
             if rounds > self.spec.warm_trials:
-                ratios = paired_ratios(trials)
-                if not needs_margin(spread(trials), len(ratios)) or not undecided(trials):
+                if not needs_margin(spread(trials), len(_pairs(trials))) or not undecided(trials):
                     break
                 if deadline.at - time.perf_counter() < 3 * (time.perf_counter() - started) / (rounds - 1):
                     break

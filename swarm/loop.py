@@ -342,6 +342,7 @@ def _rejected_by_another_judge(view: RunView, target: Target) -> set[str]:
     """The run's candidates that another version of the evaluator rejected: proposed again, such an engine is
     evaluated again instead of being turned away as a duplicate (a since-fixed check may have been wrong)."""
     rejections = {s.value for s in Status if not s.is_correct}
+    judge = judge_version(target)
     # read leniently: a verdict of another judge may predate or outlive fields of today's Verdict
     return {v.candidate_id for v in view.verdicts.values() if v.status in rejections and v.verdict_json
-            and json.loads(v.verdict_json).get("judge", "") != judge_version(target)}
+            and json.loads(v.verdict_json).get("judge", "") != judge}

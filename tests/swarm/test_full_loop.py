@@ -72,14 +72,14 @@ def test_swarm_run_keeps_a_faster_engine_and_survives_kill_9(tmp_path):
     assert set(finished.values()) == {1} and set(proposed.values()) == {1}
     kb = KnowledgeStore(kb_path())
     assert kb.run(run_id).state is RunState.FINISHED
-    kept = kb.kept_engines(run_id)
-    verdicts = [Verdict.model_validate_json(v.verdict_json) for v in kb.verdicts(run_id) if v.verdict_json]
+    kept, records = kb.kept_engines(run_id), kb.verdicts(run_id)
+    listing = [(v.candidate_id, v.status, v.summary) for v in records]
+    verdicts = [Verdict.model_validate_json(v.verdict_json) for v in records if v.verdict_json]
     band = max((v.comparison.threshold for v in verdicts if v.comparison and v.comparison.calibrated), default=0)
     if not kept and band > NOISY_HOST_BAND:
         pytest.skip(f"kill -9 and resume held, but this host's A/A band ({band:.3f}) is wider than the offline "
-                    "proposer's first stacks measure, so keeping none was the evaluator's honest answer: "
-                    f"{[(v.candidate_id, v.status, v.summary) for v in kb.verdicts(run_id)]}")
-    assert kept, f"no engine kept: {[(v.candidate_id, v.status, v.summary) for v in kb.verdicts(run_id)]}"
+                    f"proposer's first stacks measure, so keeping none was the evaluator's honest answer: {listing}")
+    assert kept, f"no engine kept: {listing}"
     assert f"swarm review {run_id}" in output
     verdict = Verdict.model_validate_json(kb.verdict(kept[0].id).verdict_json)
     assert verdict.status is Status.PASS and verdict.comparison.ci_low > verdict.comparison.threshold
