@@ -25,9 +25,10 @@ from .console import LiveProgress, console, setup_logging, status_text
 from .kb_views import export_kb, render_kb_list, render_kb_show
 from .paths import kb_path, reference_engine_dir
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="LLM agents write fast Drama 3 engines; "
+# help texts are plain: "provider[/model]" is not rich markup
+app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None, help="LLM agents write fast Drama 3 engines; "
                   "a harness-owned evaluator decides what is kept.")
-kb_app = typer.Typer(no_args_is_help=True, help="Inspect the knowledge base: runs, kept engines, lessons.")
+kb_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Inspect the knowledge base: runs, kept engines, lessons.")
 app.add_typer(kb_app, name="kb")
 out = Console()
 

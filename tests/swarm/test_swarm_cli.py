@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from loop_helpers import fake_swarm, small_target
 from rich.console import Console
 from swarm_fakes import FakeAgent
@@ -22,6 +24,15 @@ ROOT = Path(__file__).resolve().parents[2]
 def _run_with_a_kept_engine() -> str:
     with fake_swarm(small_target(budget={"iterations": 2}), [FakeAgent("a", {(1, 0): 1.5, (2, 1): "broken"})]) as s:
         return s.start().run_id
+
+
+@pytest.mark.parametrize("command", [["run"], ["eval"], ["tolerances"], ["review"], ["nightly"], ["kb", "list"],
+                                     ["kb", "show"], ["kb", "export"]])
+def test_every_command_prints_its_help(command):
+    # help texts are plain text: "provider[/model]" once crashed `swarm run --help` as unbalanced rich markup
+    result = runner.invoke(app, [*command, "--help"])
+    assert result.exit_code == 0, result.output
+    assert "Usage:" in result.output and "Traceback" not in result.output
 
 
 def test_malformed_target_yaml_is_a_located_error_without_traceback(tmp_path):
