@@ -103,9 +103,9 @@ def _launches(fused, layer: Layer, kernel: str, t: dict[str, int]) -> list[Calla
     dbn, shared = min(t["down_block_n"], block), CFG.shared_expert_intermediate_size
     out = torch.empty_like(layer.x)
     return [lambda ids=ids, sd=sd: fused._down_kernel[(h // dbn,)](
-        layer.hidden, ids, layer.down, layer.down_scale, *layer.shared, sd, out, k, kp, h, inter,
+        layer.hidden, ids, layer.down, layer.down_scale, *layer.shared, sd, layer.x, out, k, kp, h, inter,
         shared, block, dbn, min(block, fused._tile(inter, t["down_block_k"])), fused._tile(shared, t["down_block_k"]),
-        True, num_warps=t["down_warps"]) for ids, sd in zip(layer.ids, layer.shared_down)]
+        True, False, num_warps=t["down_warps"]) for ids, sd in zip(layer.ids, layer.shared_down)]
 
 
 def _bytes(kernel: str) -> int:

@@ -16,6 +16,7 @@ from .triton_backbone_attention import triton_backbone_attention
 from .triton_backbone_deltanet import triton_backbone_deltanet
 from .triton_deltanet import triton_deltanet
 from .triton_fp8_moe import triton_fp8_moe
+from .triton_moe_block import triton_moe_block
 from .triton_moe_fused import triton_moe_fused
 from .triton_prefill_moe import triton_prefill_moe
 from .triton_sampling import triton_sampling
@@ -26,7 +27,7 @@ ALL: tuple[Transform, ...] = (fp8_dequant_at_build, moe_dispatch, rope_tables, g
                               cuda_graph_frame, cuda_graph_codec, triton_deltanet, triton_fp8_moe, triton_prefill_moe,
                               cuda_graph_prefill, graph_topk_sampling, inductor_decode_steps, triton_moe_fused,
                               triton_sampling, triton_tower, triton_backbone_attention,
-                              triton_backbone_deltanet)
+                              triton_backbone_deltanet, triton_moe_block)
 TRANSFORMS: dict[str, Transform] = {t.name: t for t in ALL}
 
 __all__ = ["ALL", "TRANSFORMS", "NotApplicable", "Params", "Patch", "Transform"]

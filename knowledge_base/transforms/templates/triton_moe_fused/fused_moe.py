@@ -5,8 +5,8 @@ computes silu(gate) * up for one tile of intermediate rows of one selected exper
 stack, times that expert's routing weight; program (0, 0) also writes the selected ids for (B);
 (B) per tile of output rows, the k routed down projections (FP8) plus the shared expert's down projection (bf16,
 on silu(gate) * up of the GEMV's shared outputs, times sigmoid of its gate), all summed in one program: every
-output row has one writer, so no atomics and the result is deterministic. fp32 throughout; the output is in
-x's dtype. Loops over the reduction dimension are unrolled so the loads of all chunks can be in flight at once.
+output row has one writer, so no atomics and the result is deterministic; given the residual stream, it also adds
+the output to it (rounded as torch's `x + moe_out`). fp32 throughout; the output is in x's dtype. Loops over the reduction dimension are unrolled so the loads of all chunks can be in flight at once.
 """
 from __future__ import annotations
 
@@ -77,9 +77,9 @@ def _gate_up_kernel(x_ptr, logits_ptr, w_ptr, s_ptr, h_ptr, ids_ptr, E: tl.const
 
 @triton.jit
 def _down_kernel(h_ptr, ids_ptr, w_ptr, s_ptr, shared_gate_ptr, shared_up_ptr, shared_scale_ptr, shared_down_ptr,
-                 y_ptr, K: tl.constexpr, KP: tl.constexpr, H: tl.constexpr, INTER: tl.constexpr,
+                 res_ptr, y_ptr, K: tl.constexpr, KP: tl.constexpr, H: tl.constexpr, INTER: tl.constexpr,
                  SHARED: tl.constexpr, BLOCK: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SBK: tl.constexpr,
-                 NATIVE_FP8: tl.constexpr):
+                 NATIVE_FP8: tl.constexpr, RESIDUAL: tl.constexpr):
     tile = tl.program_id(0)
     rows = tile * BN + tl.arange(0, BN)  # inside one FP8 row block
     shared = tl.zeros((BN,), tl.float32)
@@ -102,7 +102,10 @@ def _down_kernel(h_ptr, ids_ptr, w_ptr, s_ptr, shared_gate_ptr, shared_up_ptr, s
             * tl.load(scales + c * BK // BLOCK)[:, None]  # h (weighted by A) times each expert's tile scale
         wd = fp8_e4m3(tl.load(w[None, :, None] + rows[:, None, None] * INTER + j[None, None, :]), NATIVE_FP8)
         out += tl.sum(tl.sum(wd * hw[None], axis=2), axis=1)
-    tl.store(y_ptr + rows, out.to(y_ptr.dtype.element_ty))
+    dt = y_ptr.dtype.element_ty
+    if RESIDUAL:
+        out = tl.load(res_ptr + rows).to(tl.float32) + out.to(dt).to(tl.float32)
+    tl.store(y_ptr + rows, out.to(dt))
 
 
 def _tile(size: int, limit: int) -> int:
@@ -114,9 +117,12 @@ def _tile(size: int, limit: int) -> int:
 
 
 def fused_moe_decode(x: torch.Tensor, logits: torch.Tensor, shared_gate: torch.Tensor, shared_up: torch.Tensor,
-                     shared_scale: torch.Tensor, w: MoEWeights, cfg: BackboneConfig) -> torch.Tensor:
-    """decode_moe.moe_decode from the outputs of w.proj(x) on: (1, hidden) -> (1, hidden) in x's dtype."""
-    if not all(t.is_contiguous() for t in (x, logits, shared_gate, shared_up, w.gate_up, w.down, w.shared_down)):
+                     shared_scale: torch.Tensor, w: MoEWeights, cfg: BackboneConfig,
+                     residual: torch.Tensor | None = None) -> torch.Tensor:
+    """decode_moe.moe_decode from the outputs of w.proj(x) on: (1, hidden) -> (1, hidden) in x's dtype; given the
+    residual stream (1, hidden), residual + that output."""
+    res = x if residual is None else residual  # unread without a residual
+    if not all(t.is_contiguous() for t in (x, res, logits, shared_gate, shared_up, w.gate_up, w.down, w.shared_down)):
         raise ValueError("fused_moe_decode reads the activations and weights as contiguous arrays")
     E, k, h, inter, block = cfg.num_experts, cfg.num_experts_per_tok, cfg.hidden_size, cfg.moe_intermediate_size, \
         cfg.fp8_block
@@ -131,6 +137,6 @@ def fused_moe_decode(x: torch.Tensor, logits: torch.Tensor, shared_gate: torch.T
                                       triton.next_power_of_2(E), k, kp, h, inter, block, bn, bk, native,
                                       num_warps=NUM_WARPS)
     _down_kernel[(h // dbn,)](hidden, ids, w.down, w.down_scale, shared_gate, shared_up, shared_scale, w.shared_down,
-                              out, k, kp, h, inter, shared, block, dbn, min(block, _tile(inter, DOWN_BLOCK_K)),
-                              _tile(shared, DOWN_BLOCK_K), native, num_warps=DOWN_WARPS)
+                              res, out, k, kp, h, inter, shared, block, dbn, min(block, _tile(inter, DOWN_BLOCK_K)),
+                              _tile(shared, DOWN_BLOCK_K), native, residual is not None, num_warps=DOWN_WARPS)
     return out
