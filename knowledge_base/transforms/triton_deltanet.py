@@ -74,8 +74,10 @@ triton_deltanet = Transform(
     knobs=KNOBS,
     templates=("triton_deltanet",),
     apply=_apply,
-    # fastest first on H200 at full dims; the chunked form (chunk_rows > 0) is not measured yet, so it comes after
-    space={"block_v": (16, 32, 64), "num_warps": (2, 4, 8), "chunk_rows": (0, 64, 32)},
+    # fastest first on H200 at full dims. The chunked form is slower there at prompt sizes (session 12,
+    # docs/measurements/2026-12-04_h200_s12_chunked_delta_rule.log, one layer's call in a 256-row bucket with 209
+    # valid rows: recurrent 165 us, chunk_rows 64 648 us, 32 1125 us), so it comes last and 32 is not offered
+    space={"block_v": (16, 32, 64), "num_warps": (2, 4, 8), "chunk_rows": (0, 64)},
     lesson="The reference runs the recurrence token by token: a prefill of T rows is T sequential rounds of tiny "
            "ops per DeltaNet layer, launch-bound (H200, full dims: ~30 ms per layer at 209 rows, ~1 s over the "
            "30 layers); the kernel makes it one launch (~0.16 ms, ~0.75 us per token of sequential latency), so it "
@@ -84,5 +86,7 @@ triton_deltanet = Transform(
            "Small block_v (more programs, fewer state registers each) and 2 warps were fastest. The recurrent "
            "kernel's prefill is still T sequential steps (~5 ms over 30 layers at 209 rows on the H200, ~0.8 us "
            "a token); chunk_rows > 0 runs calls of that many tokens or more in the chunked (WY) form instead: "
-           "every chunk's factors in parallel, then T / chunk_rows sequential steps of fp32 tile products.",
+           "every chunk's factors in parallel, then T / chunk_rows sequential steps of fp32 tile products. On "
+           "the H200 at prompt sizes that form was 4x slower than the recurrent kernel (648 vs 165 us per layer "
+           "at 209 rows with chunk_rows 64): its tile products do not make up for the extra passes at T < 256.",
 )

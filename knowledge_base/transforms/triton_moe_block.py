@@ -61,19 +61,23 @@ def _apply(files: Files, params: Params) -> list[Patch]:
 
 triton_moe_block = Transform(
     name="triton_moe_block",
-    # an estimate: per layer it drops the post-attention norm's and the residual add's launches (~1.5 us each on
-    # the H200) and replaces cuBLAS's router|shared GEMV (4.5 us, 40 per frame in session 10's profile) with a
-    # Triton one; ~0.15 of the kept engine's 3.4 ms frame
-    impact={"cuda": 1.04},
+    # measured on the H200 (session 12, scripts/gpu_moe_block_bench.py, docs/measurements/
+    # 2026-12-04_h200_s12_moe_block.json): a frame's 40 MoE halves at full size took 24.64 us per layer before and
+    # 20.69 with it (default tiles); 0.16 ms of the kept engine's 3.44 ms frame
+    impact={"cuda": 1.05},
     summary="run each backbone layer of the graphed frame as its mixer kernels, then its MoE block as three "
             "kernels: post-attention norm + router|shared GEMV in one, triton_moe_fused's two, the down kernel "
             "adding the residual; no norm, add or cuBLAS launch between them",
     feature="fp8_moe",
     devices=frozenset({"cuda"}),
+    # on the H200 (session 12): its kernels equal torch's norm + GEMV and the fused MoE at full MoE dims, the down
+    # kernel's add bit for bit, and the kept engine's stack with it passed drama3-tiny's teacher-forced gate
+    proven=frozenset({"cuda"}),
     knobs=KNOBS,
     templates=("triton_moe_block",),
     apply=_apply,
-    space={"block_n": (4, 8, 2), "block_k": (1024, 512, 2048), "num_warps": (4, 2, 8)},
+    # fastest first (the bench above): 2/2048/8 warps 20.69 us per layer, 4/1024/4 21.75
+    space={"block_n": (2, 4, 1), "block_k": (2048, 1024), "num_warps": (8, 4)},
     requires=("cuda_graph_frame", "triton_moe_fused", "triton_backbone_attention", "triton_backbone_deltanet"),
     lesson="With every mixer and the MoE experts in Triton kernels, the graphed frame still spent ~6 us per "
            "layer between them: an inductor RMSNorm, a cuBLAS GEMV of the 1281 router|shared rows at ~1.2 TB/s, "

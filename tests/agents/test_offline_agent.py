@@ -240,7 +240,7 @@ def test_on_the_h200_kept_engine_the_first_exploring_slot_leaps_over_the_proven_
     assert leap.title.startswith(offline.LEAP)
     assert set(leap.transforms) == {"inductor_decode_steps", "cuda_graph_codec", "triton_moe_fused", "triton_tower",
                                     "triton_sampling", "triton_backbone_attention", "graph_topk_sampling",
-                                    "triton_backbone_deltanet"}
+                                    "triton_backbone_deltanet", "triton_moe_block"}
     assert TRANSFORMS["triton_moe_fused"].label(fused) not in leap.title  # slower on this very parent
     tower = leap.transforms.index("triton_tower")
     assert tower < leap.transforms.index("triton_backbone_attention") and \
@@ -255,12 +255,13 @@ def test_on_the_h200_kept_engine_the_first_exploring_slot_leaps_over_the_proven_
 
 
 def test_past_the_untried_transforms_worth_more_the_slots_retune_the_lineages_kernels(reference_run):
-    """On the engine the leap kept (session 7), the one untried transform with a prior above a retune's comes
-    first, then one-parameter retunes of the applied Triton transforms; a retune measured slower is not proposed
-    again on that parent, and its lesson says nothing about the transform itself."""
+    """On the engine kept in session 10 (the leap's of session 7 plus the DeltaNet kernels), the one untried
+    transform with a prior above a retune's comes first, then one-parameter retunes of the applied Triton
+    transforms; a retune measured slower is not proposed again on that parent, and its lesson says nothing about
+    the transform itself."""
     lineage = ["triton_prefill_moe", "cuda_graph_frame", "triton_deltanet", "triton_fp8_moe", "cuda_graph_prefill",
                "inductor_decode_steps", "cuda_graph_codec", "triton_moe_fused", "triton_tower", "triton_sampling",
-               "triton_backbone_attention", "graph_topk_sampling"]
+               "triton_backbone_attention", "graph_topk_sampling", "triton_backbone_deltanet"]
     files = transformed(reference_run.files, *((name, next(TRANSFORMS[name].variants())) for name in lineage))
     parent = "drama3-h200-lease-001.i001.s00"
 
@@ -268,7 +269,7 @@ def test_past_the_untried_transforms_worth_more_the_slots_retune_the_lineages_ke
         return OfflineAgent("o").propose(context_for(files, device="cuda", gpu="h200", slot=slot, parent_id=parent,
                                                      lessons=list(lessons), applied_transforms=lineage))
 
-    assert propose(0).transforms == ["triton_backbone_deltanet"]  # the one proven left: no stack to leap with
+    assert propose(0).transforms == ["triton_moe_block"]  # the one proven left: no stack to leap with
     retune = propose(1)
     assert retune.title.startswith(RETUNE) and len(retune.edits) == 1 and retune.transforms[0] in lineage
     apply_edits(files, retune.edits)
@@ -277,7 +278,7 @@ def test_past_the_untried_transforms_worth_more_the_slots_retune_the_lineages_ke
     assert propose(1, [slower]).title not in (retune.title, "")
     assert retune.title in {propose(s, [slower.model_copy(update={"summary": slower.summary.replace(
         parent, "elsewhere")})]).title for s in range(1, 3)}
-    assert propose(0, [slower]).transforms == ["triton_backbone_deltanet"]
+    assert propose(0, [slower]).transforms == ["triton_moe_block"]
 
 
 def test_a_lineage_with_stale_kernels_is_renewed_first_and_the_leap_carries_the_renewal(reference_run):
@@ -298,7 +299,7 @@ def test_a_lineage_with_stale_kernels_is_renewed_first_and_the_leap_carries_the_
 
     leap = propose(0)
     assert leap.title.startswith(offline.LEAP + RENEW + "triton_tower(version=")
-    assert leap.transforms == ["triton_tower", "triton_backbone_deltanet"]
+    assert leap.transforms == ["triton_tower", "triton_backbone_deltanet", "triton_moe_block"]
     assert apply_edits(files, leap.edits)["triton_tower.py"] == today
     alone = propose(1)
     assert alone.title.startswith(RENEW) and alone.transforms == ["triton_tower"]
@@ -307,4 +308,5 @@ def test_a_lineage_with_stale_kernels_is_renewed_first_and_the_leap_carries_the_
     assert propose(1, [failed]).title != alone.title
     older = failed.model_copy(update={"summary": failed.summary.replace("version=", "version=0")})
     assert propose(1, [older]).title == alone.title
-    assert propose(0, [failed]).transforms == ["triton_backbone_deltanet"]  # no renewal to stack: explored alone
+    # no renewal to stack: the leap is the proven transforms the lineage lacks
+    assert propose(0, [failed]).transforms == ["triton_backbone_deltanet", "triton_moe_block"]
