@@ -182,13 +182,15 @@ class KnowledgeStore:
             db.execute("UPDATE candidates SET state = ? WHERE id = ? AND state = ?",
                        (CandidateState.EVALUATING.value, candidate_id, CandidateState.PROPOSED.value))
 
-    def record_outcome(self, verdict: VerdictRecord, lesson: LessonRecord, kept: KeptEngine | None = None) -> None:
-        """Verdict, lesson and (on PASS) the kept engine, in one transaction; the candidate becomes done."""
+    def record_outcome(self, verdict: VerdictRecord, lesson: LessonRecord | None,
+                       kept: KeptEngine | None = None) -> None:
+        """Verdict, lesson (if any) and (on PASS) the kept engine, in one transaction; the candidate becomes done."""
         with self._transaction() as db:
             _insert_verdict(db, verdict)
             db.execute("UPDATE candidates SET state = ? WHERE id = ?",
                        (CandidateState.DONE.value, verdict.candidate_id))
-            _insert_lesson(db, lesson)
+            if lesson is not None:
+                _insert_lesson(db, lesson)
             if kept is not None:
                 _insert_kept(db, kept)
 

@@ -85,11 +85,16 @@ def run(target_file: Annotated[Path, typer.Argument(help="target YAML, e.g. targ
         gpu_hours: Annotated[float | None, typer.Option(help=_OVERRIDE.format("gpu_hours"))] = None,
         dollars: Annotated[float | None, typer.Option(help=_OVERRIDE.format("dollars"))] = None,
         agents: Annotated[str | None, typer.Option(help="instead of the target's agents: provider[/model][:count], "
-                                                        "comma-separated, e.g. offline:2")] = None) -> None:
+                                                        "comma-separated, e.g. offline:2")] = None,
+        skip_pending: Annotated[bool, typer.Option(
+            help="with --resume: record the interrupted iteration's unevaluated candidates as skipped instead of "
+                 "evaluating them, and go on from the next iteration (for time-limited GPU leases)")] = False) -> None:
     """Search for faster engines for a target until its acceptance criteria hold or its budget is spent."""
     from .factory import build_swarm
     from .review import render_summary
 
+    if skip_pending and not resume:
+        raise typer.BadParameter("goes with --resume RUN_ID: a new run has nothing pending", param_hint="--skip-pending")
     with _usage_errors():
         target = with_agents(with_budget(_target(target_file), iterations=iterations, wall_minutes=wall_minutes,
                                          gpu_hours=gpu_hours, dollars=dollars), agents)
@@ -97,12 +102,12 @@ def run(target_file: Annotated[Path, typer.Argument(help="target YAML, e.g. targ
     with _usage_errors(), build_swarm(target, [progress]) as swarm, _interruptible():
         try:
             with progress:
-                outcome = swarm.resume(resume) if resume else swarm.start()
+                outcome = swarm.resume(resume, skip_pending) if resume else swarm.start()
         except (EvaluatorError, KeyboardInterrupt) as e:
             run_id = resume or progress.run_id
             interrupted = isinstance(e, KeyboardInterrupt)
             console.print("[bold red]interrupted[/bold red] (evaluations in flight are dropped and run again on "
-                          "resume)" if interrupted else f"[bold red]harness error:[/bold red] {escape(str(e))}",
+                          "resume, or skipped with --skip-pending)" if interrupted else f"[bold red]harness error:[/bold red] {escape(str(e))}",
                           soft_wrap=True)
             if run_id:
                 console.print(f"the run's state is saved; {'to go on' if interrupted else 'after fixing it'}: "

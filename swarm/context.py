@@ -12,7 +12,7 @@ from targets import Target
 
 from .outcome import DUPLICATE, is_promising, unmet_criteria
 from .proposal import Lesson, ProposalContext
-from .run_state import ParentEngine, RunView, lineage_transforms
+from .run_state import SKIPPED, ParentEngine, RunView, lineage_transforms
 
 MAX_FAILURES = 8
 MAX_LESSONS = 24
@@ -59,7 +59,7 @@ def recent_failures(view: RunView, limit: int = MAX_FAILURES) -> list[str]:
     failures = []
     for c in view.candidates:
         verdict = view.verdicts.get(c.id)
-        if verdict is None or verdict.status in ("pass", DUPLICATE):
+        if verdict is None or verdict.status in ("pass", DUPLICATE, SKIPPED):
             continue
         if verdict.verdict_json and is_promising(Verdict.model_validate_json(verdict.verdict_json)):
             continue  # a small but real gain is a lesson to build on, not a failure to avoid
@@ -88,7 +88,8 @@ def build_context(target: Target, kb: KnowledgeStore, view: RunView, key: Engine
         failures=recent_failures(view),
         lessons=lessons,
         applied_transforms=lineage_transforms(kb, parent.id),
-        measured_on_parent=[c.title for c in view.candidates if c.parent_id == parent.id and c.git_commit],
+        measured_on_parent=[c.title for c in view.candidates
+                            if c.parent_id == parent.id and c.git_commit and not view.skipped(c.id)],
         iteration=iteration,
         slot=slot,
     )

@@ -40,7 +40,7 @@ from .outcome import (
 )
 from .paths import reference_engine_dir, run_dir
 from .proposal import Proposal
-from .run_state import ParentEngine, RunView, candidate_id, secret_seed
+from .run_state import SKIPPED, ParentEngine, RunView, candidate_id, secret_seed
 from .variation import ask_agents, build_candidate, is_budget_stop
 
 AgentsFactory = Callable[[CostLedger], list[Agent]]
@@ -111,7 +111,10 @@ class Swarm:
         self.repo.set_run_branch(run_id, base.commit)
         return self._drive(run_id, log_, ledger, agents, resumed=False)
 
-    def resume(self, run_id: str) -> RunOutcome:
+    def resume(self, run_id: str, skip_pending: bool = False) -> RunOutcome:
+        """Go on with a stopped or crashed run. With skip_pending, the candidates left unevaluated (the interrupted
+        iteration's) get a SKIPPED verdict instead of an evaluation, so the run goes on from the next iteration:
+        for time-limited GPU leases, where a sibling already kept has made their parent old news."""
         run = self.kb.run(run_id)
         if run.target_name != self.target.name:
             raise ValueError(f"run {run_id} belongs to target {run.target_name!r}, not {self.target.name!r}; "
@@ -122,7 +125,19 @@ class Swarm:
             self.kb.reopen_run(run_id)  # stopped by a budget the target file now raises: go on from where it was
         ledger = CostLedger(self.target.budget.dollars, spent_usd=run.spent_usd)
         agents = self.make_agents(ledger)
-        return self._drive(run_id, self._open_log(run_id), ledger, agents, resumed=True)
+        log_ = self._open_log(run_id)
+        if skip_pending:
+            self._skip_pending(RunView.load(self.kb, run_id), log_)
+        return self._drive(run_id, log_, ledger, agents, resumed=True)
+
+    def _skip_pending(self, view: RunView, log_: ev.EventLog) -> None:
+        for c in view.candidates:
+            if c.state is not CandidateState.DONE:
+                verdict, _ = rejection(c, SKIPPED, "not evaluated: the run resumed with --skip-pending", "engine",
+                                       self.key)
+                self.kb.record_outcome(verdict, None)
+                log_.emit(ev.EvaluationFinished(run_id=view.run.id, candidate_id=c.id, status=SKIPPED,
+                                                summary=verdict.summary, seconds=0.0))
 
     # the loop
 
@@ -226,7 +241,9 @@ class Swarm:
         empty = [s for s in range(num_slots) if s not in view.slots(iteration)]
         out_of_dollars, errors = False, []
         stale = _rejected_by_another_judge(view, self.target)
-        seen_trees = {self.repo.tree(c.git_commit): c.id for c in view.candidates if c.git_commit and c.id not in stale}
+        # an engine rejected by another judge, or never judged (skipped), is evaluated if proposed again
+        seen_trees = {self.repo.tree(c.git_commit): c.id for c in view.candidates
+                      if c.git_commit and c.id not in stale and not view.skipped(c.id)}
 
         def context_for(slot: int):
             return build_context(self.target, self.kb, view, self.key, parent, parent_files, iteration, slot)

@@ -21,6 +21,9 @@ from knowledge_base import (
 from .budget import Spend
 
 
+SKIPPED = "skipped"  # the status of an engine left unevaluated by a resume with skip_pending
+
+
 def candidate_id(run_id: str, iteration: int, slot: int) -> str:
     return f"{run_id}.i{iteration:03d}.s{slot:02d}"
 
@@ -71,6 +74,10 @@ class RunView:
 
     def slots(self, iteration: int) -> dict[int, CandidateRecord]:
         return {c.slot: c for c in self.candidates if c.iteration == iteration}
+
+    def skipped(self, candidate_id: str) -> bool:
+        verdict = self.verdicts.get(candidate_id)
+        return verdict is not None and verdict.status == SKIPPED
 
     def unevaluated(self, iteration: int) -> list[CandidateRecord]:
         return [c for c in self.candidates if c.iteration == iteration and c.state is not CandidateState.DONE]

@@ -153,7 +153,8 @@ def _verdict(candidate_dir, baseline_dir, speed, base, note, target, mismatch_ta
 
 
 def main(argv: list[str]) -> None:
-    """python swarm_fakes.py TARGET_JSON PLAN_JSON DELAY_S [RUN_ID]: a Swarm with fakes (for kill -9 tests)."""
+    """python swarm_fakes.py TARGET_JSON PLAN_JSON DELAY_S [RUN_ID [skip]]: a Swarm with fakes (for kill -9 tests);
+    with RUN_ID it resumes that run, with skip skipping its pending candidates."""
     from candidates import EngineRepo
     from knowledge_base import KnowledgeStore
     from swarm.executor import LocalExecutor
@@ -169,7 +170,7 @@ def main(argv: list[str]) -> None:
                   executor=LocalExecutor(target, evaluate, fake_calibrate),
                   make_agents=lambda ledger: [FakeAgent("fake-0", plan, log=log).bind(ledger)])
     with swarm:
-        outcome = swarm.resume(argv[3]) if len(argv) > 3 else swarm.start()
+        outcome = swarm.resume(argv[3], skip_pending=argv[4:] == ["skip"]) if len(argv) > 3 else swarm.start()
     print(outcome.run_id, outcome.stop_reason, flush=True)
 
 

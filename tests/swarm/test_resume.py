@@ -30,20 +30,25 @@ def _swarm(tmp_path: Path, *args: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+def _kill_at_evaluation(tmp_path: Path, args: list[str], starts: int) -> None:
+    """Start the fake swarm with `args` and kill -9 it once `starts` evaluations have started."""
+    proc = _swarm(tmp_path, *args)
+    deadline = time.monotonic() + 60
+    while sum(c["event"] == "start" for c in _calls()) < starts:
+        assert proc.poll() is None, proc.stdout.read()
+        assert time.monotonic() < deadline, f"the run never started evaluation {starts}"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
 def test_resume_after_kill_9_mid_evaluation(tmp_path):
     target = small_target(budget={"iterations": 2})
     (tmp_path / "target.json").write_text(target.model_dump_json())
     (tmp_path / "plan.json").write_text(json.dumps({"1,0": 1.5, "2,1": 1.2}))
     args = [str(tmp_path / "target.json"), str(tmp_path / "plan.json"), "1.0"]
-    proc = _swarm(tmp_path, *args)
-    deadline = time.monotonic() + 60
     # Kill once the first evaluation of iteration 2 has started (iteration 1 is fully done by then).
-    while sum(c["event"] == "start" for c in _calls()) < 3:
-        assert proc.poll() is None, proc.stdout.read()
-        assert time.monotonic() < deadline, "the run never reached iteration 2"
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    _kill_at_evaluation(tmp_path, args, 3)
     kb = KnowledgeStore(kb_path(target))
     run_id = kb.runs()[0].id
     states = {c.id: c.state for c in kb.candidates(run_id)}
@@ -70,6 +75,35 @@ def test_resume_after_kill_9_mid_evaluation(tmp_path):
     log = swarm_home() / "runs" / run_id / "events.jsonl"
     events = [json.loads(line)["kind"] for line in log.read_text().splitlines()]
     assert events.count("run_started") == 2 and events.count("noise_calibrated") == 1
+
+
+def test_resume_skipping_pending_goes_on_from_the_next_iteration(tmp_path):
+    """Killed during iteration 1's first evaluation, resumed with skip_pending: both of iteration 1's candidates
+    are recorded as skipped without an evaluation (a kept sibling may have made their parent old news on a GPU
+    lease), iteration 2 is proposed and evaluated, and an engine identical to a skipped one is evaluated, not
+    turned away as a duplicate."""
+    target = small_target(budget={"iterations": 2})
+    (tmp_path / "target.json").write_text(target.model_dump_json())
+    # slot 0 proposes the same engine on the same parent in both iterations (nothing is kept in iteration 1)
+    (tmp_path / "plan.json").write_text(json.dumps({"1,0": "broken_again", "2,0": "broken_again"}))
+    args = [str(tmp_path / "target.json"), str(tmp_path / "plan.json"), "1.0"]
+    _kill_at_evaluation(tmp_path, args, 1)
+    run_id = KnowledgeStore(kb_path(target)).runs()[0].id
+
+    resumed = _swarm(tmp_path, *args, run_id, "skip")
+    output, _ = resumed.communicate(timeout=120)
+    assert resumed.returncode == 0, output
+    kb = KnowledgeStore(kb_path(target))
+    verdicts = {v.candidate_id: v for v in kb.verdicts(run_id)}
+    first = [f"{run_id}.i001.s00", f"{run_id}.i001.s01"]
+    assert [verdicts[c].status for c in first] == ["skipped", "skipped"]
+    assert "--skip-pending" in verdicts[first[0]].summary
+    started = Counter(c["candidate"] for c in _calls() if c["event"] == "start")
+    assert sorted(started) == ["e_" + c.replace("-", "_").replace(".", "_")
+                               for c in (first[0], f"{run_id}.i002.s00", f"{run_id}.i002.s01")]
+    assert set(started.values()) == {1}  # iteration 1: only the start the kill cut short
+    assert verdicts[f"{run_id}.i002.s00"].status == "mismatch"  # evaluated, though the same engine as i001.s00
+    assert all(c.state is CandidateState.DONE for c in kb.candidates(run_id))
 
 
 def test_a_run_stopped_by_its_budget_continues_once_the_target_raises_it(tmp_path):

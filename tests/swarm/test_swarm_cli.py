@@ -35,6 +35,11 @@ def test_every_command_prints_its_help(command):
     assert "Usage:" in result.output and "Traceback" not in result.output
 
 
+def test_skip_pending_without_resume_is_a_usage_error():
+    result = runner.invoke(app, ["run", str(ROOT / "targets" / "drama3_cpu.yaml"), "--skip-pending"])
+    assert result.exit_code == 2 and "--skip-pending" in result.output and "--resume" in result.output
+
+
 def test_malformed_target_yaml_is_a_located_error_without_traceback(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\nmodel:\n  config: drama3-tiny\nhardware:\n  device: tpu\nbenchmark:\n  prompts: []\n"
