@@ -84,6 +84,7 @@ def build_context(target: Target, kb: KnowledgeStore, view: RunView, key: Engine
         parent_id=parent.id,
         parent_files=parent_files,
         parent_figures=figures if profile is None else f"{figures}\n{describe_profile(profile)}",
+        parent_kernels={} if profile is None else {r.name: r.ms_per_frame for r in profile.rows},
         acceptance=describe_acceptance(target, parent, speedup),
         failures=recent_failures(view),
         lessons=lessons,

@@ -41,6 +41,8 @@ class ProposalContext(_Model):
     parent_id: str
     parent_files: dict[str, str]  # path -> source of the parent engine package
     parent_figures: str  # benchmark / profile figures of the parent, human-readable
+    # the parent's profile as data: kernel (or CPU op) name -> self ms per streamed frame, its largest rows
+    parent_kernels: dict[str, float] = {}
     acceptance: str  # the acceptance criteria still unmet, human-readable
     failures: list[str] = []  # evidence of recent failing verdicts (and edit errors) to avoid repeating
     lessons: list[Lesson] = []

@@ -7,6 +7,7 @@ It raises NotApplicable when the code it rewrites is not there (e.g. an earlier 
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -139,3 +140,10 @@ def template_files(files: Files, folder: str) -> list[Patch]:
         elif files[asset.name] != source:
             raise NotApplicable(f"{asset.name}: the package already has a different file of this name")
     return patches
+
+
+def template_kernels(transform: Transform) -> frozenset[str]:
+    """The names of the @triton.jit functions in the transform's template files: how a CUDA profile lists its
+    kernels (helpers called inside a kernel are listed too, and match no profile row)."""
+    return frozenset(name for folder in transform.templates for asset in (TEMPLATES / folder).glob("*.py")
+                     for name in re.findall(r"@triton\.jit\s*\ndef (\w+)\(", asset.read_text()))

@@ -19,8 +19,10 @@ Lessons about a leap concern that stack only: they do not mark its members.
 
 Past the untried transforms whose prior beats RETUNE_PRIOR, exploring slots retune: one knob of a transform in
 the lineage (a Triton tile or warp count in its params file) set to another value of its space, since a kept
-engine cannot take the transform again with better parameters. Retunes that failed are avoided by the same
-rule as variants; their lessons, like a leap's, say nothing about the transform.
+engine cannot take the transform again with better parameters. The transforms whose kernels take most of the
+parent's profiled time are retuned first (a kernel name in two transforms' files splits its time between them). Retunes
+that failed are avoided by the same rule as variants; their lessons, like a leap's, say nothing about the
+transform.
 
 Before all of those come renewals: a transform of the lineage whose kernel files in templates/ changed since the
 engine took them, brought to today's version and default constants (renew.py). A leap puts the renewals
@@ -29,11 +31,13 @@ of proven transforms first in its stack. A renewal that failed is not retried on
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from knowledge_base.transforms import TRANSFORMS, NotApplicable, Params, Transform
 from knowledge_base.transforms.renew import RENEW, renewal
+from knowledge_base.transforms.base import template_kernels
 from knowledge_base.transforms.retune import RETUNE, retunes
 
 from ..edits import EditError, apply_edits
@@ -175,8 +179,8 @@ def _renewals(context: ProposalContext) -> list[_Choice]:
 
 
 def _retunes(context: ProposalContext) -> list[_Choice]:
-    """Each one-parameter change of the lineage's tunable transforms (highest prior first) that applies, was not
-    tried on this parent and did not fail for good."""
+    """Each one-parameter change of the lineage's tunable transforms that applies, was not tried on this parent and
+    did not fail for good: those whose kernels took most of the parent's profiled time first, then by prior."""
     banned = _banned_text(context, of_kind=RETUNE)
     found = []
     for transform in _lineage(context):
@@ -185,7 +189,12 @@ def _retunes(context: ProposalContext) -> list[_Choice]:
                              [FileEdit(path=r.patch.path, search=r.patch.search, replace=r.patch.replace)], RETUNE)
             if _fresh(choice, context, banned):
                 found.append(choice)
-    return found
+    # the transforms with a retune still have their params file: retired ones (triton_fp8_moe) claim no kernels
+    kernels = {c.transform.name: template_kernels(c.transform) for c in found}
+    # a kernel name in several transforms' files (the decode and prefill MoE kernels) splits its time among them
+    claims = Counter(k for names in kernels.values() for k in names)
+    profiled_ms = {t: sum(context.parent_kernels.get(k, 0.0) / claims[k] for k in names) for t, names in kernels.items()}
+    return sorted(found, key=lambda c: -profiled_ms[c.transform.name])  # stable: ties keep the prior order
 
 
 def _ranking(context: ProposalContext) -> list[tuple[Transform, int]]:

@@ -281,6 +281,30 @@ def test_past_the_untried_transforms_worth_more_the_slots_retune_the_lineages_ke
     assert propose(0, [slower]).transforms == ["triton_moe_block"]
 
 
+def test_retunes_go_to_the_transforms_whose_kernels_the_parents_profile_puts_first(reference_run):
+    """On the engine kept in session 12 (every proven GPU transform applied), the exploring slots retune: the
+    transform whose Triton kernels took most of the parent's profiled time first; a kernel name two transforms'
+    files share (the decode and prefill MoE kernels) splits its time between them; without a profile, by prior."""
+    lineage = ["triton_prefill_moe", "cuda_graph_frame", "triton_deltanet", "triton_fp8_moe", "cuda_graph_prefill",
+               "inductor_decode_steps", "cuda_graph_codec", "triton_moe_fused", "triton_tower", "triton_sampling",
+               "triton_backbone_attention", "graph_topk_sampling", "triton_backbone_deltanet", "triton_moe_block"]
+    files = transformed(reference_run.files, *((name, next(TRANSFORMS[name].variants())) for name in lineage))
+
+    def first_retune(kernels: dict[str, float]) -> list[str]:
+        proposal = OfflineAgent("o").propose(context_for(files, device="cuda", gpu="h200", applied_transforms=lineage,
+                                                         parent_kernels=kernels))
+        assert proposal.title.startswith(RETUNE)
+        return proposal.transforms
+
+    assert first_retune({"_norm_gemv_kernel": 0.9, "_draw_code_kernel": 0.13}) == ["triton_tower"]
+    assert first_retune({"_norm_gemv_kernel": 0.1, "_draw_code_kernel": 0.13}) == ["triton_sampling"]
+    assert first_retune({"_gate_up_kernel": 0.9, "_down_kernel": 0.6, "_norm_gemv_kernel": 0.8}) == ["triton_tower"]
+    assert first_retune({"_gate_up_kernel": 0.9, "_down_kernel": 0.6, "_norm_gemv_kernel": 0.7}) in (
+        ["triton_moe_fused"], ["triton_prefill_moe"])  # 0.75 each
+    by_prior = max((TRANSFORMS[n] for n in lineage if TRANSFORMS[n].knobs), key=lambda t: t.prior("cuda"))
+    assert first_retune({}) == [by_prior.name]
+
+
 def test_a_lineage_with_stale_kernels_is_renewed_first_and_the_leap_carries_the_renewal(reference_run):
     """The engine the leap kept (session 7) has triton_tower's kernels from before the residual GEMV tiles: the
     leap renews them under the DeltaNet kernels, the exploring slots renew them alone first, and a renewal that

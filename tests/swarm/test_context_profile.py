@@ -1,5 +1,5 @@
 """The parent's profile in what agents see: a kept parent's own (from the PASS verdict that kept it), the run's
-baseline's from the first verdict measured against it, rendered short enough for the prompt."""
+baseline's from the first verdict measured against it, rendered short enough for the prompt, and as data."""
 from __future__ import annotations
 
 from loop_helpers import fake_swarm, small_target
@@ -26,6 +26,9 @@ def test_a_kept_parent_is_shown_with_its_own_profile():
     assert second.parent_id != REFERENCE_ID
     assert "fake::speed_1.5_op" in second.parent_figures and "fake::speed_1_op" not in second.parent_figures
     assert HEADING in proposal_prompt(second) and "fake::speed_1.5_op" in proposal_prompt(second)
+    # and as data, for the offline proposer's retune order
+    assert first.parent_kernels == {} and "fake::speed_1.5_op" in second.parent_kernels
+    assert all(ms > 0 for ms in second.parent_kernels.values())
 
 
 def test_the_baseline_parent_is_shown_with_the_profile_measured_against_it():
