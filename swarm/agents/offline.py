@@ -36,7 +36,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from knowledge_base.transforms import TRANSFORMS, NotApplicable, Params, Transform
-from knowledge_base.transforms.renew import RENEW, renewal
+from knowledge_base.transforms.renew import RENEW, Renewal, renewal
 from knowledge_base.transforms.base import template_kernels
 from knowledge_base.transforms.retune import RETUNE, retunes
 
@@ -171,11 +171,15 @@ def _renewals(context: ProposalContext) -> list[_Choice]:
     found = []
     for transform in _lineage(context):
         if (r := renewal(transform, context.parent_files)) is not None:
-            edits = [FileEdit(path=p.path, search=p.search, replace=p.replace) for p in r.patches]
-            choice = _Choice(transform, r.params, edits, RENEW)
+            choice = _renewal_choice(r)
             if _fresh(choice, context, banned):
                 found.append(choice)
     return found
+
+
+def _renewal_choice(r: Renewal) -> _Choice:
+    return _Choice(r.transform, r.params, [FileEdit(path=p.path, search=p.search, replace=p.replace)
+                                           for p in r.patches], RENEW)
 
 
 def _retunes(context: ProposalContext) -> list[_Choice]:
@@ -271,8 +275,11 @@ def _leap(context: ProposalContext, banned: str, renewals: list[_Choice]) -> lis
     """The stack of the renewals of the lineage's proven transforms, then every transform proven on the device
     with a prior above 1 that the lineage lacks (highest prior first, each after its prerequisites; first
     variants), if it has at least two and was not tried on this parent; else []."""
-    renewed = [c for c in renewals if context.device in c.transform.proven]
-    files = apply_edits(context.parent_files, [e for c in renewed for e in c.edits])
+    files, renewed = context.parent_files, []
+    for c in renewals:  # each on the files the previous ones produced: two may bring the same new shared file
+        if context.device in c.transform.proven and (r := renewal(c.transform, files)) is not None:
+            renewed.append(_renewal_choice(r))
+            files = apply_edits(files, renewed[-1].edits)
     have = set(context.applied_transforms)
     pending = sorted((t for t in TRANSFORMS.values() if context.device in t.proven and t.name not in have
                       and t.prior(context.device) > 1.0), key=lambda t: -t.prior(context.device))

@@ -334,3 +334,23 @@ def test_a_lineage_with_stale_kernels_is_renewed_first_and_the_leap_carries_the_
     assert propose(1, [older]).title == alone.title
     # no renewal to stack: the leap is the proven transforms the lineage lacks
     assert propose(0, [failed]).transforms == ["triton_backbone_deltanet", "triton_moe_block"]
+
+
+def test_a_leap_of_renewals_brings_a_file_they_share_once(reference_run):
+    """The engine kept in session 12 predates programmatic dependent launch: four transforms' kernel files changed
+    and all four now bring the same new gdc.py. The leap renews them, each on the files the
+    previous renewals produced, so gdc.py is created once and the engine ends with today's files."""
+    lineage = ["triton_prefill_moe", "cuda_graph_frame", "triton_deltanet", "triton_fp8_moe", "cuda_graph_prefill",
+               "inductor_decode_steps", "cuda_graph_codec", "triton_moe_fused", "triton_tower", "triton_sampling",
+               "triton_backbone_attention", "graph_topk_sampling", "triton_backbone_deltanet", "triton_moe_block"]
+    today = transformed(reference_run.files, *((name, next(TRANSFORMS[name].variants())) for name in lineage))
+    files = dict(today)
+    del files["gdc.py"]
+    for name in ("triton_tower.py", "fused_moe.py", "triton_deltanet_step.py", "moe_block.py"):
+        files[name] = files[name].replace("PDL", "OLD")
+    leap = OfflineAgent("o").propose(context_for(files, device="cuda", gpu="h200", applied_transforms=lineage))
+    assert leap.title.startswith(offline.LEAP + RENEW)
+    assert sorted(leap.transforms) == ["triton_backbone_deltanet", "triton_moe_block", "triton_moe_fused",
+                                       "triton_tower"]
+    assert [e.path for e in leap.edits].count("gdc.py") == 1
+    assert apply_edits(files, leap.edits) == today
