@@ -98,11 +98,8 @@ RECIPES: dict[str, tuple[tuple[str, dict], ...]] = {
 RECIPES["fast_tower_compiled"] = RECIPES["fast_sampling_compiled"] + (("triton_tower", {}),)
 RECIPES["fast_attention_compiled"] = RECIPES["fast_tower_compiled"] + (("triton_backbone_attention", {}),)
 RECIPES["fast_deltanet_compiled"] = RECIPES["fast_attention_compiled"] + (("triton_backbone_deltanet", {}),)
-# every transform proven on the H200 (the lineage the swarm kept in session 12, default tiles), and the same with
-# programmatic dependent launch off in the four transforms that have it: PDL's gain side by side in one run
+# every transform proven on the H200: the lineage the swarm kept in session 12, default tiles
 RECIPES["proven"] = RECIPES["fast_deltanet_compiled"] + (("triton_moe_block", {}),)
-RECIPES["proven_no_pdl"] = tuple((name, {**params, "pdl": False} if "pdl" in TRANSFORMS[name].space else params)
-                                 for name, params in RECIPES["proven"])
 FORCED_PROMPTS, FORCED_FRAMES = ("sentences", "voice"), 16
 
 

@@ -113,17 +113,6 @@ class Transform:
         return f"{self.name}({args})"
 
 
-# the knob of the Triton decode kernels' programmatic dependent launch (templates/triton_tower/triton_tower.py)
-PDL_NOTE = "launch the kernels with programmatic dependent launch on sm_90+ (weights prefetched, starts overlapped)"
-
-
-def pdl_knob(params: Params, owner: str) -> bool:
-    value = params["pdl"]
-    if not isinstance(value, bool):
-        raise ValueError(f"{owner}: pdl must be True or False, got {value!r}")
-    return value
-
-
 def replace_once(files: Files, path: str, search: str, replace: str) -> Patch:
     """A patch of `path`, after checking `search` occurs in it exactly once (else NotApplicable)."""
     source = files.get(path)

@@ -7,8 +7,7 @@ lives in templates/triton_backbone_deltanet/.
 from __future__ import annotations
 
 from .backbone_kernels import STEP, SWITCH, triton_switch
-from .base import (PDL_NOTE, Files, Knobs, NotApplicable, Params, Patch, Transform, pdl_knob, replace_once,
-                   template_files)
+from .base import Files, Knobs, NotApplicable, Params, Patch, Transform, replace_once, template_files
 
 _ADD = "    x = x + moe_out\n"
 _CALL = "    x = x + deltanet_decode(norm(x, lw.input_gain, cfg.rms_norm_eps), lw.mixer, cfg, state)\n"
@@ -21,20 +20,18 @@ KNOBS = Knobs("triton_deltanet_step_params.py", "triton_backbone_deltanet", {
     "out_block_n": "output rows per program of the gated-norm + out_proj kernel",
     "out_block_k": "input columns (whole heads) per unrolled chunk of that kernel",
     "out_warps": "of that kernel",
-    "pdl": PDL_NOTE,
 })
 
 
 def _apply(files: Files, params: Params) -> list[Patch]:
     if "triton_tower.py" not in files:  # norm_gemv and the GEMV helpers are imported from there
         raise NotApplicable("triton_backbone_deltanet: apply triton_tower first")
-    pdl = pdl_knob(params, "triton_backbone_deltanet")
-    sizes = {name: int(params[name]) for name in KNOBS.notes if name != "pdl"}
+    sizes = {name: int(params[name]) for name in KNOBS.notes}
     if any(n < 1 or n & (n - 1) for n in sizes.values()):
-        raise ValueError(f"triton_backbone_deltanet: every size must be a power of two, got {sizes}")
+        raise ValueError(f"triton_backbone_deltanet: every parameter must be a power of two, got {sizes}")
     return [
-        *template_files(files, "triton_backbone_deltanet"), *template_files(files, "pdl_triton"),
-        KNOBS.patch({**sizes, "pdl": pdl}),
+        *template_files(files, "triton_backbone_deltanet"),
+        KNOBS.patch(sizes),
         *triton_switch(files),
         replace_once(files, STEP, _MIXER, '''\
 # dynamo must not trace the launch wrapper: with COMPILE_STEPS the mixer breaks in two compiled pieces around it
@@ -67,11 +64,11 @@ triton_backbone_deltanet = Transform(
     devices=frozenset({"cuda"}),
     proven=frozenset({"cuda"}),
     knobs=KNOBS,
-    templates=("triton_backbone_deltanet", "pdl_triton"),
+    templates=("triton_backbone_deltanet",),
     apply=_apply,
     # the out kernel's tiles: those of the same (2048 x 4096) shape in scripts/gpu_gemv_bench.py
     space={"block_v": (32, 16, 64), "num_warps": (4, 2, 8), "out_block_n": (8, 4, 16), "out_block_k": (1024, 512),
-           "out_warps": (8, 4), "pdl": (True, False)},
+           "out_warps": (8, 4)},
     requires=("cuda_graph_frame", "triton_tower"),
     lesson="On the H200 the 30 layers' mixers, CUDA-graphed, took 1.40 ms with these kernels after "
            "inductor-compiled steps against 2.03 ms with inductor alone (1.58 against 3.93 for the torch step); "

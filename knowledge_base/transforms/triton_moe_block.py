@@ -7,8 +7,7 @@ inductor pieces around them. The kernel file lives in templates/triton_moe_block
 from __future__ import annotations
 
 from .backbone_kernels import STEP, SWITCH
-from .base import (PDL_NOTE, Files, Knobs, NotApplicable, Params, Patch, Transform, pdl_knob, replace_once,
-                   template_files)
+from .base import Files, Knobs, NotApplicable, Params, Patch, Transform, replace_once, template_files
 
 FUSED = "fused_moe.py"
 _RESIDUAL = "residual: torch.Tensor | None = None"  # triton_moe_fused's down kernel adds the residual since session 12
@@ -23,15 +22,13 @@ KNOBS = Knobs("moe_block_params.py", "triton_moe_block", {
     "block_n": "projection rows per norm + router|shared GEMV program",
     "block_k": "hidden columns per unrolled load of that GEMV",
     "num_warps": "that GEMV",
-    "pdl": PDL_NOTE,
 })
 
 
 def _apply(files: Files, params: Params) -> list[Patch]:
-    pdl = pdl_knob(params, "triton_moe_block")
-    sizes = {name: int(params[name]) for name in KNOBS.notes if name != "pdl"}
+    sizes = {name: int(params[name]) for name in KNOBS.notes}
     if any(v < 1 or v & (v - 1) for v in sizes.values()):
-        raise ValueError(f"triton_moe_block: every size must be a power of two, got {sizes}")
+        raise ValueError(f"triton_moe_block: every parameter must be a power of two, got {sizes}")
     for kernels, by in (("def _attention_kernels(", "triton_backbone_attention"),
                         ("def _deltanet_kernels(", "triton_backbone_deltanet")):
         if kernels not in files.get(STEP, ""):  # the layer loop calls the mixers' kernels directly
@@ -40,8 +37,8 @@ def _apply(files: Files, params: Params) -> list[Patch]:
         raise NotApplicable(f"triton_moe_block: {FUSED} predates the residual add of its down kernel; renew "
                             "triton_moe_fused first")
     return [
-        *template_files(files, "triton_moe_block"), *template_files(files, "pdl_triton"),
-        KNOBS.patch({**sizes, "pdl": pdl}),
+        *template_files(files, "triton_moe_block"),
+        KNOBS.patch(sizes),
         replace_once(files, STEP, _LOOP_HEAD, f"""\
         cfg, buf = self.config.backbone, self.state.buf
         x = F.embedding(buf.frame[:1], self.w.embed)
@@ -77,10 +74,10 @@ triton_moe_block = Transform(
     # kernel's add bit for bit, and the kept engine's stack with it passed drama3-tiny's teacher-forced gate
     proven=frozenset({"cuda"}),
     knobs=KNOBS,
-    templates=("triton_moe_block", "pdl_triton"),
+    templates=("triton_moe_block",),
     apply=_apply,
     # fastest first (the bench above): 2/2048/8 warps 20.69 us per layer, 4/1024/4 21.75
-    space={"block_n": (2, 4, 1), "block_k": (2048, 1024), "num_warps": (8, 4), "pdl": (True, False)},
+    space={"block_n": (2, 4, 1), "block_k": (2048, 1024), "num_warps": (8, 4)},
     requires=("cuda_graph_frame", "triton_moe_fused", "triton_backbone_attention", "triton_backbone_deltanet"),
     lesson="With every mixer and the MoE experts in Triton kernels, the graphed frame still spent ~6 us per "
            "layer between them: an inductor RMSNorm, a cuBLAS GEMV of the 1281 router|shared rows at ~1.2 TB/s, "

@@ -6,8 +6,7 @@ in templates/triton_moe_fused/.
 """
 from __future__ import annotations
 
-from .base import (PDL_NOTE, Files, Knobs, Params, Patch, Transform, delete_file, pdl_knob, replace_once,
-                   template_files)
+from .base import Files, Knobs, Params, Patch, Transform, delete_file, replace_once, template_files
 from .triton_fp8_moe import CALL, MOE, TRITON_CALL
 
 _PROJ = "    logits, shared_gate, shared_up, shared_scale = w.proj(x)\n"
@@ -20,19 +19,16 @@ KNOBS = Knobs("fused_moe_params.py", "triton_moe_fused", {
     "down_block_k": "intermediate columns per unrolled down load (at most the FP8 block)",
     "num_warps": "gate|up kernel",
     "down_warps": "down kernel: the k experts of a tile spread over the warps",
-    "pdl": PDL_NOTE,
 })
 
 
 def _apply(files: Files, params: Params) -> list[Patch]:
-    pdl = pdl_knob(params, "triton_moe_fused")
-    sizes = {name: int(params[name]) for name in KNOBS.notes if name != "pdl"}
+    sizes = {name: int(params[name]) for name in KNOBS.notes}
     if any(v < 1 or v & (v - 1) for v in sizes.values()):
-        raise ValueError(f"triton_moe_fused: every size must be a power of two, got {sizes}")
+        raise ValueError(f"triton_moe_fused: every parameter must be a power of two, got {sizes}")
     return [
         *template_files(files, "triton_moe_fused"), *template_files(files, "fp8_triton"),
-        *template_files(files, "pdl_triton"),
-        KNOBS.patch({**sizes, "pdl": pdl}),
+        KNOBS.patch(sizes),
         replace_once(files, MOE, _PROJ, _PROJ + """\
     if x.is_cuda or os.environ.get("TRITON_INTERPRET") == "1":  # Triton is imported only where it can run
         from .fused_moe import fused_moe_decode
@@ -57,13 +53,13 @@ triton_moe_fused = Transform(
     devices=frozenset({"cuda"}),
     proven=frozenset({"cuda"}),
     knobs=KNOBS,
-    templates=("triton_moe_fused", "fp8_triton", "pdl_triton"),
+    templates=("triton_moe_fused", "fp8_triton"),
     apply=_apply,
     # defaults and order: scripts/gpu_moe_bench.py on the H200 (session 10, docs/measurements/
     # 2026-12-03_h200_s10_moe.json): gate|up 8/1024/2 warps 9.2 us vs 10.4 us for the earlier 4/1024/4, down
     # 4/128/4 warps 7.5 us vs 8.4 us for 4/128/8, per layer at full size
     space={"block_n": (8, 4, 16), "block_k": (1024, 2048, 512), "down_block_n": (4, 8, 16), "down_block_k": (128, 64),
-           "num_warps": (2, 4), "down_warps": (4, 8, 2), "pdl": (True, False)},
+           "num_warps": (2, 4), "down_warps": (4, 8, 2)},
     requires=("cuda_graph_frame", "triton_fp8_moe"),
     lesson="In the CUDA-graphed frame each MoE layer was ~12 kernels (GEMV, softmax, top-k, sums, two expert "
            "kernels, shared-expert GEMV and glue), each a few us of latency on bytes that take ~7 us in total at "

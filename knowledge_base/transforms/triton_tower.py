@@ -6,7 +6,7 @@ templates/triton_tower/.
 """
 from __future__ import annotations
 
-from .base import PDL_NOTE, Files, Knobs, Params, Patch, Transform, pdl_knob, replace_once, template_files
+from .base import Files, Knobs, Params, Patch, Transform, replace_once, template_files
 
 TOWER = "decode_tower.py"
 _DOC = '''\
@@ -26,18 +26,16 @@ KNOBS = Knobs("triton_tower_params.py", "triton_tower", {
     "attn_rows": "KV rows per attention tile (a tl.dot operand: >= 16)",
     "split_rows": "span rows per attention program (at most MAX_SPLITS per kv head)",
     "num_warps": "warps of the norm-prologue GEMVs and the attention kernel",
-    "pdl": PDL_NOTE,
 })
 
 
 def _apply(files: Files, params: Params) -> list[Patch]:
-    pdl = pdl_knob(params, "triton_tower")
-    sizes = {name: int(params[name]) for name in KNOBS.notes if name != "pdl"}
+    sizes = {name: int(params[name]) for name in KNOBS.notes}
     if any(v < 1 or v & (v - 1) for v in sizes.values()) or sizes["attn_rows"] < 16:
-        raise ValueError(f"triton_tower: every size must be a power of two, attn_rows >= 16, got {sizes}")
+        raise ValueError(f"triton_tower: every parameter must be a power of two, attn_rows >= 16, got {sizes}")
     return [
-        *template_files(files, "triton_tower"), *template_files(files, "pdl_triton"),
-        KNOBS.patch({**sizes, "pdl": pdl}),
+        *template_files(files, "triton_tower"),
+        KNOBS.patch(sizes),
         replace_once(files, TOWER, "import torch\n", "import os\n\nimport torch\n"),
         replace_once(files, TOWER, _DOC + _EPS, _DOC + """\
     if h.is_cuda or os.environ.get("TRITON_INTERPRET") == "1":  # Triton is imported only where it can run
@@ -67,13 +65,13 @@ triton_tower = Transform(
     devices=frozenset({"cuda"}),
     proven=frozenset({"cuda"}),
     knobs=KNOBS,
-    templates=("triton_tower", "pdl_triton"),
+    templates=("triton_tower",),
     apply=_apply,
     # GEMV tiles fastest first at the frame's shapes on the H200 (scripts/gpu_gemv_bench.py, docs/benchmarks.md
     # session 8): q|k|v, gate|up and in_proj want (8, 1024, 4 warps), o_proj and down (8, 1024, 8 warps)
     space={"block_n": (8, 4, 16), "block_k": (1024, 512, 256), "residual_block_n": (8, 4, 16),
            "residual_block_k": (1024, 512), "residual_warps": (8, 4), "attn_rows": (32, 64, 16),
-           "split_rows": (64, 128, 32), "num_warps": (4, 8), "pdl": (True, False)},
+           "split_rows": (64, 128, 32), "num_warps": (4, 8)},
     requires=("cuda_graph_frame",),
     lesson="On the H200 the 13-layer tower step, CUDA-graphed, took 1.30 ms with these kernels against 2.59 ms "
            "for the torch step (61 kernels per layer) and 1.48 ms inductor-compiled (27 per layer): 6 kernels per "

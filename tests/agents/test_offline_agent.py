@@ -336,21 +336,19 @@ def test_a_lineage_with_stale_kernels_is_renewed_first_and_the_leap_carries_the_
     assert propose(0, [failed]).transforms == ["triton_backbone_deltanet", "triton_moe_block"]
 
 
-def test_a_leap_of_renewals_brings_a_file_they_share_once(reference_run):
-    """The engine kept in session 12 predates programmatic dependent launch: four transforms' kernel files changed
-    and all four now bring the same new gdc.py. The leap renews them, each on the files the
-    previous renewals produced, so gdc.py is created once and the engine ends with today's files."""
+def test_a_leap_of_renewals_edits_a_file_they_share_once(reference_run):
+    """triton_moe_fused and triton_prefill_moe both carry fp8_bits.py: when it changed, both renew it. The leap
+    computes each renewal on the files the previous ones produced, so the file is replaced once (a second
+    replacement's SEARCH would no longer match) and the engine ends with today's files."""
     lineage = ["triton_prefill_moe", "cuda_graph_frame", "triton_deltanet", "triton_fp8_moe", "cuda_graph_prefill",
                "inductor_decode_steps", "cuda_graph_codec", "triton_moe_fused", "triton_tower", "triton_sampling",
                "triton_backbone_attention", "graph_topk_sampling", "triton_backbone_deltanet", "triton_moe_block"]
     today = transformed(reference_run.files, *((name, next(TRANSFORMS[name].variants())) for name in lineage))
     files = dict(today)
-    del files["gdc.py"]
-    for name in ("triton_tower.py", "fused_moe.py", "triton_deltanet_step.py", "moe_block.py"):
-        files[name] = files[name].replace("PDL", "OLD")
+    files["fp8_bits.py"] += "# an older version\n"
+    files["triton_tower.py"] = files["triton_tower.py"].replace("RESIDUAL_", "OLD_")
     leap = OfflineAgent("o").propose(context_for(files, device="cuda", gpu="h200", applied_transforms=lineage))
     assert leap.title.startswith(offline.LEAP + RENEW)
-    assert sorted(leap.transforms) == ["triton_backbone_deltanet", "triton_moe_block", "triton_moe_fused",
-                                       "triton_tower"]
-    assert [e.path for e in leap.edits].count("gdc.py") == 1
+    assert leap.transforms == ["triton_prefill_moe", "triton_tower"]  # fp8_bits.py renewed: moe_fused has none left
+    assert [e.path for e in leap.edits].count("fp8_bits.py") == 1
     assert apply_edits(files, leap.edits) == today

@@ -5,18 +5,15 @@ the launch: the same argument binding, specialization, launch options and compil
 check the driver makes when it loads a kernel. Prints each distinct error with the kernel and its arguments and
 exits 1. Launches that specialize alike compile once (Triton's caches).
 
-A kernel with a `PDL` parameter (programmatic dependent launch, off under the interpreter) is compiled as recorded
-and as the GPU launches it: PDL on, launched with launch_pdl. What it does not cover: other flags the wrappers
-derive from the device (`NATIVE_FP8`, `PRECISE_LOG`: set from x.is_cuda) are compiled as the interpreter saw them,
-i.e. the CPU branch; and the shapes and dtypes are the interpreter tests' (mostly drama3-tiny), not the full
-model's."""
+What it does not cover: flags the wrappers derive from the device (`NATIVE_FP8`, `PRECISE_LOG`: set from
+x.is_cuda) are compiled as the interpreter saw them, i.e. the CPU branch; and the shapes and dtypes are the
+interpreter tests' (mostly drama3-tiny), not the full model's."""
 from __future__ import annotations
 
 import importlib
 import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from pathlib import Path
 
 from triton import AsyncCompileMode, FutureKernel
@@ -42,18 +39,6 @@ class Sm90Driver:
         return SM90
 
 
-def _as_on_gpu(launch: Launch) -> list[Launch]:
-    """The launch as recorded and, for a kernel with a PDL parameter, with PDL on as on an sm_90 GPU."""
-    if "PDL" not in launch.params:
-        return [launch]
-    at = launch.params.index("PDL")
-    if at < len(launch.args):
-        pdl = replace(launch, args=(*launch.args[:at], True, *launch.args[at + 1:]))
-    else:
-        pdl = replace(launch, kwargs={**launch.kwargs, "PDL": True})
-    return [launch, replace(pdl, kwargs={**pdl.kwargs, "launch_pdl": True})]
-
-
 def _compile(launch: Launch) -> FutureKernel:
     if launch.root not in sys.path:
         sys.path.insert(0, launch.root)
@@ -74,7 +59,7 @@ def _describe(launch: Launch) -> str:
 
 def main(path: Path) -> int:
     driver.set_active(Sm90Driver())
-    launches = [on for line in path.read_text().splitlines() for on in _as_on_gpu(decode_launch(line))]
+    launches = [decode_launch(line) for line in path.read_text().splitlines()]
     # error -> the first launch that raised it: launches differing only in a runtime int often fail alike
     errors: dict[str, str] = {}
     compiling: list[tuple[Launch, FutureKernel]] = []

@@ -9,8 +9,7 @@ as three Triton kernels instead of ~40 torch kernels, because the captured frame
     residual, the products accumulated elementwise and reduced once after the last chunk (as triton_tower's
     residual GEMV: a reduction per chunk halved the bandwidth of this shape on the H200). Its programs also advance the conv window: programs of (2) that share a key head read the same q/k
     conv rows, so no program of (2) may shift them, and (3) starts only after all of (2) has read them.
-Sums in fp32; values are rounded to the activation dtype wherever the torch step rounds them. With PDL, launches
-as gdc.py says: (3) prefetches its out_proj rows before its wait.
+Sums in fp32; values are rounded to the activation dtype wherever the torch step rounds them.
 """
 from __future__ import annotations
 
@@ -21,9 +20,8 @@ import triton.language as tl
 from reference_runtime.config import BackboneConfig
 
 from .decode_weights import LayerWeights
-from .gdc import pdl, prefetch_rows, wait_previous
 from .kv_cache import DeltaNetState
-from .triton_deltanet_step_params import BLOCK_V, NUM_WARPS, OUT_BLOCK_K, OUT_BLOCK_N, OUT_WARPS, PDL
+from .triton_deltanet_step_params import BLOCK_V, NUM_WARPS, OUT_BLOCK_K, OUT_BLOCK_N, OUT_WARPS
 from .triton_tower import _block, _check, norm_gemv
 
 
@@ -49,8 +47,7 @@ def _unit(x):
 @triton.jit
 def _step_kernel(proj_ptr, conv_ptr, conv_w_ptr, neg_a_ptr, dt_bias_ptr, state_ptr, o_ptr, q_scale,
                  NK: tl.constexpr, NV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, KS: tl.constexpr,
-                 BV: tl.constexpr, PDL: tl.constexpr):
-    wait_previous(PDL)
+                 BV: tl.constexpr):
     head = tl.program_id(0)
     KD: tl.constexpr = NK * DK
     VD: tl.constexpr = NV * DV
@@ -75,14 +72,10 @@ def _step_kernel(proj_ptr, conv_ptr, conv_w_ptr, neg_a_ptr, dt_bias_ptr, state_p
 @triton.jit
 def _out_kernel(o_ptr, z_ptr, gamma_ptr, w_ptr, res_ptr, y_ptr, conv_ptr, new_ptr, eps, NV: tl.constexpr,
                 DV: tl.constexpr, C: tl.constexpr, KS: tl.constexpr, CB: tl.constexpr, BN: tl.constexpr,
-                HB: tl.constexpr, PDL: tl.constexpr):
+                HB: tl.constexpr):
     """y = res + out_proj @ (RMSNorm(o) * gamma * silu(z) per head), HB heads per unrolled chunk; this program's
     CB channels of the conv window shifted by one row, the new row last."""
     program = tl.program_id(0)
-    rows = program * BN + tl.arange(0, BN)
-    if PDL:
-        prefetch_rows(w_ptr, rows, NV * DV)
-    wait_previous(PDL)
     ch = program * CB + tl.arange(0, CB)
     live = ch < C
     for j in tl.static_range(KS - 2):  # each thread loads row j + 1 of its channels before it overwrites it
@@ -90,6 +83,7 @@ def _out_kernel(o_ptr, z_ptr, gamma_ptr, w_ptr, res_ptr, y_ptr, conv_ptr, new_pt
     tl.store(conv_ptr + (KS - 2) * C + ch, tl.load(new_ptr + ch, mask=live), mask=live)
 
     dt = y_ptr.dtype.element_ty
+    rows = program * BN + tl.arange(0, BN)
     gamma = tl.load(gamma_ptr + tl.arange(0, DV)).to(tl.float32)
     acc = tl.zeros((BN, HB, DV), tl.float32)
     for c in tl.static_range(NV // HB):  # unrolled: the chunks' weight loads are independent
@@ -118,13 +112,13 @@ def deltanet_step(x: torch.Tensor, lw: LayerWeights, cfg: BackboneConfig, state:
         raise ValueError(f"triton_backbone_deltanet: a conv kernel of {kernel} rows keeps no window")
     proj = norm_gemv(x, lw.input_gain, w.proj, cfg.rms_norm_eps, swiglu=False)  # q|k|v|z|b|a
     o = torch.empty(vd, dtype=x.dtype, device=x.device)
-    bv, on = _block(dv, BLOCK_V), pdl(PDL, x)
+    bv = _block(dv, BLOCK_V)
     _step_kernel[(nv, dv // bv)](proj, state.conv, w.conv, w.neg_a, w.dt_bias, state.recurrent, o, dk ** -0.5,
-                                 nk, nv, dk, dv, kernel, bv, on, num_warps=NUM_WARPS, launch_pdl=on)
+                                 nk, nv, dk, dv, kernel, bv, num_warps=NUM_WARPS)
     bn = _block(hidden, OUT_BLOCK_N)
     programs = hidden // bn
     y = torch.empty_like(x)
     _out_kernel[(programs,)](o, proj[channels:], w.norm, w.out_proj, x, y, state.conv, proj, cfg.rms_norm_eps,
                              nv, dv, channels, kernel, triton.next_power_of_2(triton.cdiv(channels, programs)), bn,
-                             _block(nv, max(1, OUT_BLOCK_K // dv)), on, num_warps=OUT_WARPS, launch_pdl=on)
+                             _block(nv, max(1, OUT_BLOCK_K // dv)), num_warps=OUT_WARPS)
     return y

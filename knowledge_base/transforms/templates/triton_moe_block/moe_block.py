@@ -5,7 +5,6 @@ the residual add), because the captured frame is bound by its kernel count:
     shared gate | shared up | shared-expert gate projection, the last tile masked (E + 2 I_s + 1 rows split into no
     power-of-two tile); program 0 also writes the normed row, the gate|up kernel's input;
 (2, 3) triton_moe_fused's kernels, the down kernel adding its output to x.
-With PDL, (1) launches as gdc.py says, prefetching its projection rows before its wait.
 """
 from __future__ import annotations
 
@@ -18,20 +17,16 @@ from reference_runtime.config import BackboneConfig
 from .decode_ops import norm
 from .decode_weights import MoEWeights
 from .fused_moe import fused_moe_decode
-from .gdc import pdl, prefetch_rows, wait_previous
-from .moe_block_params import BLOCK_K, BLOCK_N, NUM_WARPS, PDL
+from .moe_block_params import BLOCK_K, BLOCK_N, NUM_WARPS
 from .triton_tower import _normed, _rstd
 
 
 @triton.jit
 def _norm_proj_kernel(x_ptr, gain_ptr, w_ptr, out_ptr, h_ptr, eps, K: tl.constexpr, N: tl.constexpr,
-                      BN: tl.constexpr, BK: tl.constexpr, PDL: tl.constexpr):
+                      BN: tl.constexpr, BK: tl.constexpr):
     first = tl.program_id(0) * BN
     rows = first + tl.arange(0, BN)
     used = rows < N
-    if PDL:
-        prefetch_rows(w_ptr, tl.minimum(rows, N - 1), K)  # the last tile's unused rows: the last row again
-    wait_previous(PDL)
     rstd = _rstd(x_ptr, K, BK, eps, "")
     acc = tl.zeros((BN,), tl.float32)
     for c in tl.static_range(K // BK):
@@ -62,7 +57,7 @@ def moe_block(x: torch.Tensor, gain: torch.Tensor, w: MoEWeights, cfg: BackboneC
     rows, hidden = mat.shape
     proj = torch.empty((1, rows), dtype=x.dtype, device=x.device)
     h = torch.empty_like(x)
-    bn, on = min(BLOCK_N, triton.next_power_of_2(rows)), pdl(PDL, x)
+    bn = min(BLOCK_N, triton.next_power_of_2(rows))
     _norm_proj_kernel[(triton.cdiv(rows, bn),)](x, gain, mat, proj, h, cfg.rms_norm_eps, hidden, rows, bn,
-                                               _block(hidden, BLOCK_K), on, num_warps=NUM_WARPS, launch_pdl=on)
+                                               _block(hidden, BLOCK_K), num_warps=NUM_WARPS)
     return fused_moe_decode(h, *proj.split(w.proj.sizes, dim=-1), w, cfg, residual=x)

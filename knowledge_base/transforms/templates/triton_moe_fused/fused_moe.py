@@ -6,9 +6,7 @@ stack, times that expert's routing weight; program (0, 0) also writes the select
 (B) per tile of output rows, the k routed down projections (FP8) plus the shared expert's down projection (bf16,
 on silu(gate) * up of the GEMV's shared outputs, times sigmoid of its gate), all summed in one program: every
 output row has one writer, so no atomics and the result is deterministic; given the residual stream, it also adds
-the output to it (rounded as torch's `x + moe_out`). fp32 throughout; the output is in x's dtype. Loops over the
-reduction dimension are unrolled so the loads of all chunks can be in flight at once. With PDL, both launch as
-gdc.py says: (B) prefetches its shared-expert rows before its wait; (A) reads only activations.
+the output to it (rounded as torch's `x + moe_out`). fp32 throughout; the output is in x's dtype. Loops over the reduction dimension are unrolled so the loads of all chunks can be in flight at once.
 """
 from __future__ import annotations
 
@@ -20,8 +18,7 @@ from reference_runtime.config import BackboneConfig
 
 from .decode_weights import MoEWeights
 from .fp8_bits import fp8_e4m3
-from .fused_moe_params import BLOCK_K, BLOCK_N, DOWN_BLOCK_K, DOWN_BLOCK_N, DOWN_WARPS, NUM_WARPS, PDL
-from .gdc import pdl, prefetch_rows, wait_previous
+from .fused_moe_params import BLOCK_K, BLOCK_N, DOWN_BLOCK_K, DOWN_BLOCK_N, DOWN_WARPS, NUM_WARPS
 
 
 @triton.jit
@@ -51,8 +48,7 @@ def _route(logits_ptr, E: tl.constexpr, EP: tl.constexpr, K: tl.constexpr, KP: t
 @triton.jit
 def _gate_up_kernel(x_ptr, logits_ptr, w_ptr, s_ptr, h_ptr, ids_ptr, E: tl.constexpr, EP: tl.constexpr,
                     K: tl.constexpr, KP: tl.constexpr, H: tl.constexpr, INTER: tl.constexpr, BLOCK: tl.constexpr,
-                    BN: tl.constexpr, BK: tl.constexpr, NATIVE_FP8: tl.constexpr, PDL: tl.constexpr):
-    wait_previous(PDL)
+                    BN: tl.constexpr, BK: tl.constexpr, NATIVE_FP8: tl.constexpr):
     slot = tl.program_id(0)
     tile = tl.program_id(1)
     ids, top = _route(logits_ptr, E, EP, K, KP)
@@ -83,12 +79,9 @@ def _gate_up_kernel(x_ptr, logits_ptr, w_ptr, s_ptr, h_ptr, ids_ptr, E: tl.const
 def _down_kernel(h_ptr, ids_ptr, w_ptr, s_ptr, shared_gate_ptr, shared_up_ptr, shared_scale_ptr, shared_down_ptr,
                  res_ptr, y_ptr, K: tl.constexpr, KP: tl.constexpr, H: tl.constexpr, INTER: tl.constexpr,
                  SHARED: tl.constexpr, BLOCK: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SBK: tl.constexpr,
-                 NATIVE_FP8: tl.constexpr, RESIDUAL: tl.constexpr, PDL: tl.constexpr):
+                 NATIVE_FP8: tl.constexpr, RESIDUAL: tl.constexpr):
     tile = tl.program_id(0)
     rows = tile * BN + tl.arange(0, BN)  # inside one FP8 row block
-    if PDL:
-        prefetch_rows(shared_down_ptr, rows, SHARED)
-    wait_previous(PDL)
     shared = tl.zeros((BN,), tl.float32)
     for c in tl.static_range(SHARED // SBK):  # first: its loads need no expert ids
         j = c * SBK + tl.arange(0, SBK)
@@ -139,12 +132,11 @@ def fused_moe_decode(x: torch.Tensor, logits: torch.Tensor, shared_gate: torch.T
     hidden = torch.empty((k, inter), dtype=torch.float32, device=x.device)
     ids = torch.empty(k, dtype=torch.int32, device=x.device)
     out = torch.empty_like(x)
-    native, kp, on = x.is_cuda, triton.next_power_of_2(k), pdl(PDL, x)
+    native, kp = x.is_cuda, triton.next_power_of_2(k)
     _gate_up_kernel[(k, inter // bn)](x, logits, w.gate_up, w.gate_up_scale, hidden, ids, E,
                                       triton.next_power_of_2(E), k, kp, h, inter, block, bn, bk, native,
-                                      on, num_warps=NUM_WARPS, launch_pdl=on)
+                                      num_warps=NUM_WARPS)
     _down_kernel[(h // dbn,)](hidden, ids, w.down, w.down_scale, shared_gate, shared_up, shared_scale, w.shared_down,
                               res, out, k, kp, h, inter, shared, block, dbn, min(block, _tile(inter, DOWN_BLOCK_K)),
-                              _tile(shared, DOWN_BLOCK_K), native, residual is not None, on, num_warps=DOWN_WARPS,
-                              launch_pdl=on)
+                              _tile(shared, DOWN_BLOCK_K), native, residual is not None, num_warps=DOWN_WARPS)
     return out

@@ -10,7 +10,6 @@ Triton kernels instead of ~55 torch kernels, because the captured frame is bound
 (4) o_proj rows plus the residual;
 (5) post_attention_layernorm in the prologue, gate and up rows, silu(gate) * up;
 (6) down rows plus the residual; the last program to finish applies final_norm to the whole row.
-With PDL (the params file's) each kernel is launched with programmatic dependent launch (gdc.py).
 Every kernel reads `pos` on the device and takes only shapes fixed by the span bucket, so one captured graph
 replays at every position of its bucket. Sums in fp32; values are rounded to the activation dtype wherever the
 torch step rounds them, except the softmax weights, which meet the values in their dtype (as the bf16 SDPA
@@ -25,9 +24,8 @@ import triton.language as tl
 from .attention import AttentionGeometry
 from .decode_ops import RopeTable
 from .decode_weights import AttnWeights, Projection, TowerLayerWeights
-from .gdc import pdl, prefetch_rows, wait_previous
 from .static_state import StaticKVCache
-from .triton_tower_params import (ATTN_ROWS, BLOCK_K, BLOCK_N, NUM_WARPS, PDL, RESIDUAL_BLOCK_K, RESIDUAL_BLOCK_N,
+from .triton_tower_params import (ATTN_ROWS, BLOCK_K, BLOCK_N, NUM_WARPS, RESIDUAL_BLOCK_K, RESIDUAL_BLOCK_N,
                                   RESIDUAL_WARPS, SPLIT_ROWS)
 
 MAX_SPLITS = 32  # one program merges a kv head's splits: with more, that serial tail outgrows the split work
@@ -69,11 +67,8 @@ def _last(ticket_ptr, programs):
 
 @triton.jit
 def _enter_kernel(e_ptr, h_ptr, enorm_ptr, hnorm_ptr, w_ptr, x_ptr, eps, H: tl.constexpr, BN: tl.constexpr,
-                  BK: tl.constexpr, PDL: tl.constexpr):
+                  BK: tl.constexpr):
     rows = tl.program_id(0) * BN + tl.arange(0, BN)
-    if PDL:
-        prefetch_rows(w_ptr, rows, 2 * H)
-    wait_previous(PDL)
     e_rstd = _rstd(e_ptr, H, BK, eps, "")
     h_rstd = _rstd(h_ptr, H, BK, eps, "")
     acc = tl.zeros((BN,), tl.float32)
@@ -86,8 +81,7 @@ def _enter_kernel(e_ptr, h_ptr, enorm_ptr, hnorm_ptr, w_ptr, x_ptr, eps, H: tl.c
 
 @triton.jit
 def _norm_gemv_kernel(x_ptr, gain_ptr, w0_ptr, w1_ptr, w2_ptr, out_ptr, eps, K: tl.constexpr, N0: tl.constexpr,
-                      N1: tl.constexpr, SWIGLU: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                      PDL: tl.constexpr):
+                      N1: tl.constexpr, SWIGLU: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     """RMSNorm(x) times the rows of w0 (N0), w1 (N1) and w2 stacked; with SWIGLU, silu(w0 x) * (w1 x)."""
     first = tl.program_id(0) * BN
     rows = first + tl.arange(0, BN)
@@ -95,11 +89,6 @@ def _norm_gemv_kernel(x_ptr, gain_ptr, w0_ptr, w1_ptr, w2_ptr, out_ptr, eps, K: 
         w_ptr = w0_ptr
     else:  # a tile never straddles two matrices; offset each base so that the stacked row index addresses it
         w_ptr = tl.where(first < N0, w0_ptr, tl.where(first < N0 + N1, w1_ptr - N0 * K, w2_ptr - (N0 + N1) * K))
-    if PDL:
-        prefetch_rows(w_ptr, rows, K)
-        if SWIGLU:
-            prefetch_rows(w1_ptr, rows, K)
-    wait_previous(PDL)
     rstd = _rstd(x_ptr, K, BK, eps, "")
     acc = tl.zeros((BN,), tl.float32)
     up = tl.zeros((BN,), tl.float32)
@@ -119,14 +108,11 @@ def _norm_gemv_kernel(x_ptr, gain_ptr, w0_ptr, w1_ptr, w2_ptr, out_ptr, eps, K: 
 @triton.jit
 def _residual_gemv_kernel(a_ptr, w_ptr, res_ptr, y_ptr, gain_ptr, out_ptr, ticket_ptr, eps, K: tl.constexpr,
                           N: tl.constexpr, FINAL_NORM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                          NK: tl.constexpr, PDL: tl.constexpr):
+                          NK: tl.constexpr):
     """y = res + w @ a; with FINAL_NORM the last program also writes out = RMSNorm(y) (gain_ptr). The (BN, BK)
     products accumulate elementwise and are reduced once, after the last chunk: a reduction per chunk, as the
     norm GEMVs do, ran these wide-K shapes at half the bandwidth on the H200 (scripts/gpu_gemv_bench.py)."""
     rows = tl.program_id(0) * BN + tl.arange(0, BN)
-    if PDL:
-        prefetch_rows(w_ptr, rows, K)
-    wait_previous(PDL)
     acc = tl.zeros((BN, BK), tl.float32)
     for c in tl.static_range(K // BK):
         cols = c * BK + tl.arange(0, BK)
@@ -175,9 +161,7 @@ def _norm_rope(x_ptr, offs, d, used, gain_ptr, cos_ptr, sin_ptr, eps, HD: tl.con
 def _attention_kernel(qkv_ptr, q_gain_ptr, k_gain_ptr, cos_ptr, sin_ptr, pos_ptr, keys_ptr, values_ptr, part_ptr,
                       stats_ptr, ticket_ptr, out_ptr, eps, scale, NH: tl.constexpr, NKV: tl.constexpr,
                       HD: tl.constexpr, ROT: tl.constexpr, GP: tl.constexpr, S: tl.constexpr, SP: tl.constexpr,
-                      BR: tl.constexpr, TILES: tl.constexpr, PRECISION: tl.constexpr, INTERLEAVED: tl.constexpr,
-                      PDL: tl.constexpr):
-    wait_previous(PDL)
+                      BR: tl.constexpr, TILES: tl.constexpr, PRECISION: tl.constexpr, INTERLEAVED: tl.constexpr):
     g = tl.program_id(0)
     s = tl.program_id(1)
     G: tl.constexpr = NH // NKV  # query heads g * G .. g * G + G - 1 read kv head g; padded to GP for tl.dot
@@ -268,9 +252,8 @@ def enter(h: torch.Tensor, e: torch.Tensor, w: TowerLayerWeights, eps: float) ->
     _check(h, e, w.eh_proj)
     hidden, x = h.shape[-1], torch.empty_like(h)
     bn = _block(hidden, BLOCK_N)
-    on = pdl(PDL, h)
     _enter_kernel[(hidden // bn,)](e, h, w.enorm, w.hnorm, w.eh_proj, x, eps, hidden, bn, _block(hidden, BLOCK_K),
-                                   on, num_warps=NUM_WARPS, launch_pdl=on)
+                                   num_warps=NUM_WARPS)
     return x
 
 
@@ -283,9 +266,8 @@ def norm_gemv(x: torch.Tensor, gain: torch.Tensor, proj: Projection, eps: float,
     bn = min(_block(m.shape[0], BLOCK_N) for m in mats)
     out = torch.empty(rows, dtype=x.dtype, device=x.device)
     w0, w1, w2 = (mats * 2)[:3]  # with swiglu: gate, up and an unread third
-    on = pdl(PDL, x)
     _norm_gemv_kernel[(rows // bn,)](x, gain, w0, w1, w2, out, eps, hidden, w0.shape[0], 0 if swiglu else w1.shape[0],
-                                     swiglu, bn, _block(hidden, BLOCK_K), on, num_warps=NUM_WARPS, launch_pdl=on)
+                                     swiglu, bn, _block(hidden, BLOCK_K), num_warps=NUM_WARPS)
     return out
 
 
@@ -310,13 +292,12 @@ def attention(qkv: torch.Tensor, w: AttnWeights, geo: AttentionGeometry, cache: 
     part = torch.empty((nkv, splits, group, hd), dtype=torch.float32, device=qkv.device)
     stats = torch.empty((nkv, splits, 2, group), dtype=torch.float32, device=qkv.device)
     out = torch.empty(nh * hd, dtype=qkv.dtype, device=qkv.device)
-    on = pdl(PDL, qkv)
     _attention_kernel[(nkv, splits)](
         qkv, w.q_gain, w.k_gain, rope.cos, rope.sin, pos, cache.keys, cache.values, part, stats, cache.tickets, out,
         geo.eps, hd ** -0.5, nh, nkv, hd, geo.rotary_dim, group, splits, triton.next_power_of_2(splits), ATTN_ROWS,
         triton.cdiv(triton.cdiv(span, splits), ATTN_ROWS),
-        "ieee" if qkv.dtype == torch.float32 else None, geo.interleaved_rope, on,  # fp32 as torch's, not TF32
-        num_warps=NUM_WARPS, launch_pdl=on)
+        "ieee" if qkv.dtype == torch.float32 else None, geo.interleaved_rope,  # fp32 as torch's, not TF32
+        num_warps=NUM_WARPS)
     return out
 
 
@@ -329,10 +310,9 @@ def residual_gemv(a: torch.Tensor, mat: torch.Tensor, res: torch.Tensor, final: 
     y = torch.empty_like(res)
     out = torch.empty_like(res) if final else y
     gain, eps = final or (res, 0.0)  # unread without the final norm
-    on = pdl(PDL, a)
     _residual_gemv_kernel[(hidden // bn,)](a, mat, res, y, gain, out, ticket, eps, k, hidden, final is not None, bn,
-                                           _block(k, RESIDUAL_BLOCK_K), _block(hidden, BLOCK_K), on,
-                                           num_warps=RESIDUAL_WARPS, launch_pdl=on)
+                                           _block(k, RESIDUAL_BLOCK_K), _block(hidden, BLOCK_K),
+                                           num_warps=RESIDUAL_WARPS)
     return out
 
 
