@@ -16,6 +16,10 @@ from swarm.proposal import Lesson, ProposalContext
 
 CPU_TRANSFORMS = {name for name, t in TRANSFORMS.items() if "cpu" in t.devices}
 REFERENCE = "reference (drama3-tiny, cpu)"  # how lessons name the tiny reference that context_for's runs measure on
+# the lineage of the engine the swarm kept on the H200 in session 12: every proven GPU transform
+KEPT_S12 = ["triton_prefill_moe", "cuda_graph_frame", "triton_deltanet", "triton_fp8_moe", "cuda_graph_prefill",
+            "inductor_decode_steps", "cuda_graph_codec", "triton_moe_fused", "triton_tower", "triton_sampling",
+            "triton_backbone_attention", "graph_topk_sampling", "triton_backbone_deltanet", "triton_moe_block"]
 
 
 def context_for(files: dict[str, str], **fields) -> ProposalContext:
@@ -285,9 +289,7 @@ def test_retunes_go_to_the_transforms_whose_kernels_the_parents_profile_puts_fir
     """On the engine kept in session 12 (every proven GPU transform applied), the exploring slots retune: the
     transform whose Triton kernels took most of the parent's profiled time first; a kernel name two transforms'
     files share (the decode and prefill MoE kernels) splits its time between them; without a profile, by prior."""
-    lineage = ["triton_prefill_moe", "cuda_graph_frame", "triton_deltanet", "triton_fp8_moe", "cuda_graph_prefill",
-               "inductor_decode_steps", "cuda_graph_codec", "triton_moe_fused", "triton_tower", "triton_sampling",
-               "triton_backbone_attention", "graph_topk_sampling", "triton_backbone_deltanet", "triton_moe_block"]
+    lineage = KEPT_S12
     files = transformed(reference_run.files, *((name, next(TRANSFORMS[name].variants())) for name in lineage))
 
     def first_retune(kernels: dict[str, float]) -> list[str]:
@@ -340,9 +342,7 @@ def test_a_leap_of_renewals_edits_a_file_they_share_once(reference_run):
     """triton_moe_fused and triton_prefill_moe both carry fp8_bits.py: when it changed, both renew it. The leap
     computes each renewal on the files the previous ones produced, so the file is replaced once (a second
     replacement's SEARCH would no longer match) and the engine ends with today's files."""
-    lineage = ["triton_prefill_moe", "cuda_graph_frame", "triton_deltanet", "triton_fp8_moe", "cuda_graph_prefill",
-               "inductor_decode_steps", "cuda_graph_codec", "triton_moe_fused", "triton_tower", "triton_sampling",
-               "triton_backbone_attention", "graph_topk_sampling", "triton_backbone_deltanet", "triton_moe_block"]
+    lineage = KEPT_S12
     today = transformed(reference_run.files, *((name, next(TRANSFORMS[name].variants())) for name in lineage))
     files = dict(today)
     files["fp8_bits.py"] += "# an older version\n"
