@@ -7,11 +7,14 @@ renewal replaces each of the transform's template files that differs from today'
 with today's default values: tiles are tuned for the kernels they drive, so the engine's old constants (possibly
 retuned for the old kernels) are no guide for the new ones; retunes start again from the defaults. It goes through
 the same strict edit path as any proposal, so the evaluator judges it like any candidate. Only transforms that
-declare `templates` renew: files no other transform edits, so a whole-file replacement loses no later edit.
+declare `templates` renew: files no other transform edits, so a whole-file replacement loses no later edit. A
+transform whose files import another transform's template file renews only once that file is today's, and its
+version covers that file too.
 """
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 
 from .base import TEMPLATES, Files, Params, Patch, Transform
@@ -30,14 +33,30 @@ class Renewal:
         return {"version": self.version}
 
 
-def _sources(transform: Transform) -> dict[str, str]:
-    return {asset.name: asset.read_text() for folder in transform.templates
-            for asset in sorted((TEMPLATES / folder).glob("*.py"))}
+def _folders(transform: Transform) -> list[str]:
+    """The transform's template folders, then the renewable ones (whole files no transform edits) of the template
+    files they import from: a renewal's kernel file may import a helper that an engine's older copy of another
+    transform's file lacks."""
+    from . import TRANSFORMS  # the registry imports this module
+
+    renewable = {folder for t in TRANSFORMS.values() for folder in t.templates}
+    owners = {asset.stem: asset.parent.name for asset in TEMPLATES.glob("*/*.py") if asset.parent.name in renewable}
+    folders = list(transform.templates)
+    for folder in folders:  # grows as it goes: imports of imports
+        for asset in sorted((TEMPLATES / folder).glob("*.py")):
+            for module in re.findall(r"^from \.(\w+) import", asset.read_text(), re.MULTILINE):
+                if (owner := owners.get(module)) is not None and owner not in folders:
+                    folders.append(owner)
+    return folders
+
+
+def _sources(folders: list[str]) -> dict[str, str]:
+    return {asset.name: asset.read_text() for folder in folders for asset in sorted((TEMPLATES / folder).glob("*.py"))}
 
 
 def template_version(transform: Transform) -> str:
     digest = hashlib.sha256()
-    for name, source in sorted(_sources(transform).items()):
+    for name, source in sorted(_sources(_folders(transform)).items()):
         digest.update(f"{name}\0{source}\0".encode())
     return digest.hexdigest()[:8]
 
@@ -45,10 +64,15 @@ def template_version(transform: Transform) -> str:
 def renewal(transform: Transform, files: Files) -> Renewal | None:
     """The patches that bring `transform`'s files in `files` to today's version; None when the engine has them
     already, when the transform is not applied (its params file is absent: never applied, or retired by a later
-    transform), or when it declares no templates or knobs (whose params file says it is applied)."""
+    transform), when it declares no templates or knobs (whose params file says it is applied), or when a file of
+    another transform that its files import is older than today's: that transform's renewal comes first (it also
+    brings the params its file reads)."""
     if not transform.templates or transform.knobs is None or transform.knobs.path not in files:
         return None
-    patches = [Patch(name, files.get(name, ""), source) for name, source in _sources(transform).items()
+    imported = _sources(_folders(transform)[len(transform.templates):])
+    if any(files.get(name) != source for name, source in imported.items()):
+        return None
+    patches = [Patch(name, files.get(name, ""), source) for name, source in _sources(list(transform.templates)).items()
                if files.get(name) != source]
     if not patches:
         return None

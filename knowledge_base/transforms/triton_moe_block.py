@@ -10,6 +10,7 @@ from .backbone_kernels import STEP, SWITCH
 from .base import Files, Knobs, NotApplicable, Params, Patch, Transform, replace_once, template_files
 
 FUSED = "fused_moe.py"
+TOWER = "triton_tower.py"  # its GEMV tile helpers (_tiles, _chunks) since session 14
 _RESIDUAL = "residual: torch.Tensor | None = None"  # triton_moe_fused's down kernel adds the residual since session 12
 _LOOP_HEAD = """\
         cfg, buf = self.config.backbone, self.state.buf
@@ -36,6 +37,9 @@ def _apply(files: Files, params: Params) -> list[Patch]:
     if _RESIDUAL not in files.get(FUSED, ""):
         raise NotApplicable(f"triton_moe_block: {FUSED} predates the residual add of its down kernel; renew "
                             "triton_moe_fused first")
+    if "def _tiles(" not in files.get(TOWER, ""):
+        raise NotApplicable(f"triton_moe_block: {TOWER} predates the GEMV tile helpers its kernel imports; renew "
+                            "triton_tower first")
     return [
         *template_files(files, "triton_moe_block"),
         KNOBS.patch(sizes),

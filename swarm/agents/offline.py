@@ -75,15 +75,14 @@ class OfflineAgent:
         title = _title(chosen)
         if not chosen:  # explore
             k = context.slot - (1 if exploit else 0)
-            renewals = _renewals(context)
-            leap = _leap(context, banned, renewals)
+            leap = _leap(context, banned)
             if k == 0 and leap:
                 chosen, title = leap, LEAP + _title(leap)
             else:
                 # slot 0's stack and what this run measured on the parent are not proposed again here
                 avoid = frozenset(context.measured_on_parent) | {_title(exploit)}
-                first = _explore(_explore_options(context, ranking, renewals), context.parent_files, banned, avoid,
-                                 k - (1 if leap else 0))
+                first = _explore(_explore_options(context, ranking, _renewals(context)), context.parent_files, banned,
+                                 avoid, k - (1 if leap else 0))
                 chosen = [first] if first else []
                 title = _title(chosen)
         if not chosen:
@@ -271,15 +270,21 @@ def _tried(title: str, context: ProposalContext) -> bool:
         or any(text.startswith(title + " (") for text in context.failures)
 
 
-def _leap(context: ProposalContext, banned: str, renewals: list[_Choice]) -> list[_Choice]:
+def _leap(context: ProposalContext, banned: str) -> list[_Choice]:
     """The stack of the renewals of the lineage's proven transforms, then every transform proven on the device
     with a prior above 1 that the lineage lacks (highest prior first, each after its prerequisites; first
     variants), if it has at least two and was not tried on this parent; else []."""
+    banned_renewals = _banned_text(context, of_kind=RENEW)
     files, renewed = context.parent_files, []
-    for c in renewals:  # each on the files the previous ones produced: two may bring the same new shared file
-        if context.device in c.transform.proven and (r := renewal(c.transform, files)) is not None:
-            renewed.append(_renewal_choice(r))
-            files = apply_edits(files, renewed[-1].edits)
+    waiting = [t for t in _lineage(context) if context.device in t.proven]
+    # each on the files the previous ones produced: two may bring the same new shared file, and one may wait for
+    # the renewal of a file it imports (renew.py), so rounds go on until none applies
+    while found := [(t, c) for t in waiting if (r := renewal(t, files)) is not None
+                    and (c := _renewal_choice(r)).label not in banned_renewals and not _tried(c.label, context)]:
+        transform, choice = found[0]
+        renewed.append(choice)
+        files = apply_edits(files, choice.edits)
+        waiting.remove(transform)
     have = set(context.applied_transforms)
     pending = sorted((t for t in TRANSFORMS.values() if context.device in t.proven and t.name not in have
                       and t.prior(context.device) > 1.0), key=lambda t: -t.prior(context.device))

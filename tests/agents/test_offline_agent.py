@@ -352,3 +352,24 @@ def test_a_leap_of_renewals_edits_a_file_they_share_once(reference_run):
     assert leap.transforms == ["triton_prefill_moe", "triton_tower"]  # fp8_bits.py renewed: moe_fused has none left
     assert [e.path for e in leap.edits].count("fp8_bits.py") == 1
     assert apply_edits(files, leap.edits) == today
+
+
+def test_a_leap_renews_a_transform_after_the_one_whose_file_it_imports(reference_run):
+    """triton_moe_block's kernel imports triton_tower's helpers, so with both stale its renewal waits for
+    triton_tower's (renew.py); the leap renews in rounds and brings both, and the exploring slots offer only what
+    applies to the parent alone."""
+    lineage = KEPT_S12
+    today = transformed(reference_run.files, *((name, next(TRANSFORMS[name].variants())) for name in lineage))
+    files = dict(today)
+    files["triton_tower.py"] = files["triton_tower.py"].replace("RESIDUAL_", "OLD_")
+    files["moe_block.py"] += "# an older version\n"
+
+    def propose(slot: int):
+        return OfflineAgent("o").propose(context_for(files, device="cuda", gpu="h200", slot=slot,
+                                                     applied_transforms=lineage))
+
+    leap = propose(0)
+    assert leap.transforms == ["triton_tower", "triton_moe_block"]
+    assert apply_edits(files, leap.edits) == today
+    alone = propose(1)
+    assert alone.title.startswith(RENEW) and alone.transforms == ["triton_tower"]

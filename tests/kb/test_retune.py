@@ -86,3 +86,19 @@ NUM_WARPS = 4
     assert {p.path for p in found.patches} == {"triton_tower.py", "triton_tower_params.py"}  # nothing else changes
     del files["triton_tower_params.py"]
     assert renewal(tower, files) is None  # not applied (or retired): nothing to renew
+
+
+def test_a_transform_importing_another_ones_stale_file_renews_only_after_it():
+    """triton_moe_block's kernel imports triton_tower's GEMV helpers: renewing it alone on an engine whose
+    triton_tower.py is older would bring a kernel file that fails to import (and a new triton_tower.py would read
+    constants its old params file may lack), so it renews only once triton_tower's renewal has brought that file."""
+    files = _stacked()
+    today = dict(files)
+    block, tower = TRANSFORMS["triton_moe_block"], TRANSFORMS["triton_tower"]
+    files["triton_tower.py"] = today["triton_tower.py"].replace("RESIDUAL_", "OLD_")
+    files["moe_block.py"] = today["moe_block.py"] + "# an older version\n"
+    assert renewal(block, files) is None
+    renewed = _apply(files, renewal(tower, files).patches)
+    found = renewal(block, renewed)
+    assert found is not None and {p.path for p in found.patches} == {"moe_block.py"}
+    assert _apply(renewed, found.patches) == today

@@ -55,14 +55,18 @@ def _step_kernel(proj_ptr, conv_ptr, conv_w_ptr, neg_a_ptr, dt_bias_ptr, state_p
     key_head = head // (NV // NK)  # value head h reads key head h // repeat
     keys = tl.arange(0, DK)
     values = tl.program_id(1) * BV + tl.arange(0, BV)
-    q = _unit(_silu_conv(conv_ptr, conv_w_ptr, proj_ptr, key_head * DK + keys, C, KS)) * q_scale
-    k = _unit(_silu_conv(conv_ptr, conv_w_ptr, proj_ptr, KD + key_head * DK + keys, C, KS))
+    # every load before the first reduction (_unit's), whose barrier would hold the loads behind it back
+    tile = state_ptr + head * DK * DV + keys[:, None] * DV + values[None, :]
+    s = tl.load(tile)
+    q = _silu_conv(conv_ptr, conv_w_ptr, proj_ptr, key_head * DK + keys, C, KS)
+    k = _silu_conv(conv_ptr, conv_w_ptr, proj_ptr, KD + key_head * DK + keys, C, KS)
     v = _silu_conv(conv_ptr, conv_w_ptr, proj_ptr, 2 * KD + head * DV + values, C, KS)
     beta = tl.sigmoid(tl.load(proj_ptr + 2 * KD + 2 * VD + head).to(tl.float32))
     a = tl.load(proj_ptr + 2 * KD + 2 * VD + NV + head).to(tl.float32) + tl.load(dt_bias_ptr + head)
     g = tl.load(neg_a_ptr + head) * tl.where(a > 20.0, a, tl.log(1.0 + tl.exp(a)))  # softplus, threshold 20
-    tile = state_ptr + head * DK * DV + keys[:, None] * DV + values[None, :]
-    s = tl.load(tile) * tl.exp(g)
+    q = _unit(q) * q_scale
+    k = _unit(k)
+    s = s * tl.exp(g)
     delta = (v - tl.sum(s * k[:, None], axis=0)) * beta
     s += k[:, None] * delta[None, :]
     tl.store(tile, s)
@@ -76,26 +80,32 @@ def _out_kernel(o_ptr, z_ptr, gamma_ptr, w_ptr, res_ptr, y_ptr, conv_ptr, new_pt
     """y = res + out_proj @ (RMSNorm(o) * gamma * silu(z) per head), HB heads per unrolled chunk; this program's
     CB channels of the conv window shifted by one row, the new row last."""
     program = tl.program_id(0)
+    dt = y_ptr.dtype.element_ty
+    rows = program * BN + tl.arange(0, BN)
+    # every load before the first reduction (the head norms'), whose barrier would hold the loads behind it back
+    tiles, o_chunks, z_chunks = (), (), ()
+    for c in tl.static_range(NV // HB):
+        cols = (c * HB + tl.arange(0, HB))[:, None] * DV + tl.arange(0, DV)[None, :]  # (HB heads, DV)
+        tiles = tiles + (tl.load(w_ptr + rows[:, None, None] * (NV * DV) + cols[None, :, :]),)  # (BN, HB, DV)
+        o_chunks = o_chunks + (tl.load(o_ptr + cols),)
+        z_chunks = z_chunks + (tl.load(z_ptr + cols),)
+    gamma = tl.load(gamma_ptr + tl.arange(0, DV)).to(tl.float32)
+    res = tl.load(res_ptr + rows)
     ch = program * CB + tl.arange(0, CB)
     live = ch < C
     for j in tl.static_range(KS - 2):  # each thread loads row j + 1 of its channels before it overwrites it
         tl.store(conv_ptr + j * C + ch, tl.load(conv_ptr + (j + 1) * C + ch, mask=live), mask=live)
     tl.store(conv_ptr + (KS - 2) * C + ch, tl.load(new_ptr + ch, mask=live), mask=live)
 
-    dt = y_ptr.dtype.element_ty
-    rows = program * BN + tl.arange(0, BN)
-    gamma = tl.load(gamma_ptr + tl.arange(0, DV)).to(tl.float32)
     acc = tl.zeros((BN, HB, DV), tl.float32)
-    for c in tl.static_range(NV // HB):  # unrolled: the chunks' weight loads are independent
-        cols = (c * HB + tl.arange(0, HB))[:, None] * DV + tl.arange(0, DV)[None, :]  # (HB heads, DV)
-        o = tl.load(o_ptr + cols).to(tl.float32)
-        z = tl.load(z_ptr + cols).to(tl.float32)
+    for c in tl.static_range(NV // HB):
+        o = o_chunks[c].to(tl.float32)
+        z = z_chunks[c].to(tl.float32)
         normed = o * tl.rsqrt(tl.sum(o * o, axis=1) / DV + eps)[:, None] * gamma[None, :]
         a = (normed * (z / (1.0 + tl.exp(-z)))).to(dt).to(tl.float32)
-        w = tl.load(w_ptr + rows[:, None, None] * (NV * DV) + cols[None, :, :]).to(tl.float32)  # (BN, HB, DV)
-        acc += w * a[None, :, :]
+        acc += tiles[c].to(tl.float32) * a[None, :, :]
     out = tl.sum(tl.sum(acc, axis=2), axis=1)
-    tl.store(y_ptr + rows, (tl.load(res_ptr + rows).to(tl.float32) + out.to(dt).to(tl.float32)).to(dt))
+    tl.store(y_ptr + rows, (res.to(tl.float32) + out.to(dt).to(tl.float32)).to(dt))
 
 
 def deltanet_step(x: torch.Tensor, lw: LayerWeights, cfg: BackboneConfig, state: DeltaNetState) -> torch.Tensor:

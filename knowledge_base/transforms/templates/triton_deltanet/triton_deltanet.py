@@ -41,15 +41,23 @@ def _delta_rule_kernel(q_ptr, k_ptr, v_ptr, beta_ptr, g_ptr, state_ptr, o_ptr, v
     n = T
     if HAS_VALID:
         n = tl.minimum(n, tl.load(valid_ptr).to(tl.int32))
-    # A while loop, not range(T): Triton 3.6's interpreter (the CPU tests) cannot index a runtime int under NumPy 2.4
+    # A while loop, not range(T): Triton 3.6's interpreter (the CPU tests) cannot index a runtime int under NumPy 2.4.
+    # Each token's inputs are loaded one iteration ahead (the last token's again at the end: always in bounds, as
+    # T >= 1 here), so their memory latency overlaps the previous token's update instead of stalling every token.
+    row = head
+    k, q = tl.load(k_ptr + row * DK + keys), tl.load(q_ptr + row * DK + keys)
+    v, beta, g = tl.load(v_ptr + row * DV + values), tl.load(beta_ptr + row), tl.load(g_ptr + row)
     t = 0
     while t < n:
-        row = t * NV + head
-        k = tl.load(k_ptr + row * DK + keys)
-        s *= tl.exp(tl.load(g_ptr + row))
-        delta = (tl.load(v_ptr + row * DV + values) - tl.sum(s * k[:, None], axis=0)) * tl.load(beta_ptr + row)
+        ahead = tl.minimum(t + 1, T - 1) * NV + head
+        k_next, q_next = tl.load(k_ptr + ahead * DK + keys), tl.load(q_ptr + ahead * DK + keys)
+        v_next, beta_next = tl.load(v_ptr + ahead * DV + values), tl.load(beta_ptr + ahead)
+        g_next = tl.load(g_ptr + ahead)
+        s *= tl.exp(g)
+        delta = (v - tl.sum(s * k[:, None], axis=0)) * beta
         s += k[:, None] * delta[None, :]
-        tl.store(o_ptr + row * DV + values, tl.sum(s * tl.load(q_ptr + row * DK + keys)[:, None], axis=0))
+        tl.store(o_ptr + row * DV + values, tl.sum(s * q[:, None], axis=0))
+        k, q, v, beta, g, row = k_next, q_next, v_next, beta_next, g_next, ahead
         t += 1
     tl.store(tile, s)
 
@@ -166,6 +174,8 @@ def triton_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: t
     # The kernels index rows as contiguous arrays; the prefill's v is a strided view of the conv output. Without
     # `valid` they never read valid_ptr, so any pointer will do.
     q, k, v, beta, g = q.contiguous(), k.contiguous(), v.contiguous(), beta.contiguous(), g.contiguous()
+    if T == 0:  # the recurrent kernel reads its first token before the loop
+        return out
     if CHUNK_ROWS and T >= CHUNK_ROWS:
         _chunked(q, k, v, beta, g, state, valid, out)
         return out

@@ -18,7 +18,7 @@ from .decode_ops import norm
 from .decode_weights import MoEWeights
 from .fused_moe import fused_moe_decode
 from .moe_block_params import BLOCK_K, BLOCK_N, NUM_WARPS
-from .triton_tower import _normed, _rstd
+from .triton_tower import _chunks, _norm_chunk, _rstd_of, _tile_dot, _tiles
 
 
 @triton.jit
@@ -27,14 +27,15 @@ def _norm_proj_kernel(x_ptr, gain_ptr, w_ptr, out_ptr, h_ptr, eps, K: tl.constex
     first = tl.program_id(0) * BN
     rows = first + tl.arange(0, BN)
     used = rows < N
-    rstd = _rstd(x_ptr, K, BK, eps, "")
+    ws = _tiles(w_ptr, rows, used, K, BK, K)  # before the RMS's reduction, as triton_tower's GEMVs
+    xs, gains = _chunks(x_ptr, K, BK, ""), _chunks(gain_ptr, K, BK, "")
+    rstd = _rstd_of(xs, K, BK, eps)
     acc = tl.zeros((BN,), tl.float32)
     for c in tl.static_range(K // BK):
         cols = c * BK + tl.arange(0, BK)
-        h = _normed(x_ptr, gain_ptr, cols, rstd)
+        h = _norm_chunk(xs[c], gains[c], rstd)
         tl.store(h_ptr + cols, h.to(h_ptr.dtype.element_ty), mask=(cols < K) & (first == 0))
-        w = tl.load(w_ptr + rows[:, None] * K + cols[None, :], mask=used[:, None], other=0.0).to(tl.float32)
-        acc += tl.sum(w * h[None, :], axis=1)
+        acc += _tile_dot(ws[c], h)
     tl.store(out_ptr + rows, acc.to(out_ptr.dtype.element_ty), mask=used)
 
 

@@ -51,27 +51,35 @@ def _gate_up_kernel(x_ptr, logits_ptr, w_ptr, s_ptr, h_ptr, ids_ptr, E: tl.const
                     BN: tl.constexpr, BK: tl.constexpr, NATIVE_FP8: tl.constexpr):
     slot = tl.program_id(0)
     tile = tl.program_id(1)
+    blocks = tl.arange(0, BK // BLOCK)
+    cols = tl.arange(0, BLOCK)
+    xs = ()
+    for c in tl.static_range(H // BK):
+        xs = xs + (tl.load(x_ptr + c * BK + blocks[:, None] * BLOCK + cols[None, :]),)
     ids, top = _route(logits_ptr, E, EP, K, KP)
     slots = tl.arange(0, KP)
     tl.store(ids_ptr + slots, ids, mask=(slots < K) & (slot == 0) & (tile == 0))
     expert = tl.sum(tl.where(slots == slot, ids, 0), axis=0)
     weight = tl.sum(tl.where(slots == slot, top, 0.0), axis=0)
     rows = tile * BN + tl.arange(0, BN)  # a BN-row tile lies inside one FP8 row block
-    blocks = tl.arange(0, BK // BLOCK)
-    cols = tl.arange(0, BLOCK)
     w = w_ptr + expert.to(tl.int64) * (2 * INTER * H)
     s = s_ptr + expert * ((2 * INTER // BLOCK) * (H // BLOCK))
     gate_scales = s + (tile * BN // BLOCK) * (H // BLOCK)
     up_scales = s + ((INTER + tile * BN) // BLOCK) * (H // BLOCK)
-    gate = tl.zeros((BN,), tl.float32)
-    up = tl.zeros((BN,), tl.float32)
+    # every chunk's loads before the first chunk's reductions, whose barriers would hold the next chunk's back
+    gate_tiles, up_tiles, gate_s, up_s = (), (), (), ()
     for c in tl.static_range(H // BK):  # (BN, BK // BLOCK, BLOCK) tiles: one scale per (row, block)
         k = c * BK + blocks[:, None] * BLOCK + cols[None, :]
-        x = tl.load(x_ptr + k).to(tl.float32)[None]
-        wg = fp8_e4m3(tl.load(w + rows[:, None, None] * H + k[None]), NATIVE_FP8)
-        wu = fp8_e4m3(tl.load(w + (INTER + rows[:, None, None]) * H + k[None]), NATIVE_FP8)
-        gate += tl.sum(tl.sum(wg * x, axis=2) * tl.load(gate_scales + c * (BK // BLOCK) + blocks)[None], axis=1)
-        up += tl.sum(tl.sum(wu * x, axis=2) * tl.load(up_scales + c * (BK // BLOCK) + blocks)[None], axis=1)
+        gate_tiles = gate_tiles + (tl.load(w + rows[:, None, None] * H + k[None]),)
+        up_tiles = up_tiles + (tl.load(w + (INTER + rows[:, None, None]) * H + k[None]),)
+        gate_s = gate_s + (tl.load(gate_scales + c * (BK // BLOCK) + blocks),)
+        up_s = up_s + (tl.load(up_scales + c * (BK // BLOCK) + blocks),)
+    gate = tl.zeros((BN,), tl.float32)
+    up = tl.zeros((BN,), tl.float32)
+    for c in tl.static_range(H // BK):
+        x = xs[c].to(tl.float32)[None]
+        gate += tl.sum(tl.sum(fp8_e4m3(gate_tiles[c], NATIVE_FP8) * x, axis=2) * gate_s[c][None], axis=1)
+        up += tl.sum(tl.sum(fp8_e4m3(up_tiles[c], NATIVE_FP8) * x, axis=2) * up_s[c][None], axis=1)
     tl.store(h_ptr + slot * INTER + rows, gate / (1.0 + tl.exp(-gate)) * up * weight)
 
 
@@ -82,29 +90,40 @@ def _down_kernel(h_ptr, ids_ptr, w_ptr, s_ptr, shared_gate_ptr, shared_up_ptr, s
                  NATIVE_FP8: tl.constexpr, RESIDUAL: tl.constexpr):
     tile = tl.program_id(0)
     rows = tile * BN + tl.arange(0, BN)  # inside one FP8 row block
-    shared = tl.zeros((BN,), tl.float32)
-    for c in tl.static_range(SHARED // SBK):  # first: its loads need no expert ids
-        j = c * SBK + tl.arange(0, SBK)
-        g = tl.load(shared_gate_ptr + j).to(tl.float32)
-        hs = g / (1.0 + tl.exp(-g)) * tl.load(shared_up_ptr + j).to(tl.float32)
-        shared += tl.sum(tl.load(shared_down_ptr + rows[:, None] * SHARED + j[None, :]).to(tl.float32) * hs[None],
-                         axis=1)
-    gate = tl.load(shared_scale_ptr).to(tl.float32)
-    out = shared / (1.0 + tl.exp(-gate))
     slots = tl.arange(0, KP)
     used = slots < K
     ids = tl.load(ids_ptr + slots, mask=used, other=0)
+    # every chunk's loads before the first reduction, whose barrier would hold the next chunk's back: first the
+    # shared expert's (they need no expert ids), then the routed experts'
+    shared_gates, shared_ups, shared_tiles = (), (), ()
+    for c in tl.static_range(SHARED // SBK):
+        j = c * SBK + tl.arange(0, SBK)
+        shared_gates = shared_gates + (tl.load(shared_gate_ptr + j),)
+        shared_ups = shared_ups + (tl.load(shared_up_ptr + j),)
+        shared_tiles = shared_tiles + (tl.load(shared_down_ptr + rows[:, None] * SHARED + j[None, :]),)
+    gate = tl.load(shared_scale_ptr).to(tl.float32)
+    if RESIDUAL:
+        res = tl.load(res_ptr + rows)
     w = w_ptr + ids.to(tl.int64) * (H * INTER)
     scales = s_ptr + ids * ((H // BLOCK) * (INTER // BLOCK)) + (tile * BN // BLOCK) * (INTER // BLOCK)
+    hs, tile_s, tiles = (), (), ()
     for c in tl.static_range(INTER // BK):  # (BN, KP, BK) tiles inside one FP8 column block; slots over warps
         j = c * BK + tl.arange(0, BK)
-        hw = tl.load(h_ptr + slots[:, None] * INTER + j[None, :], mask=used[:, None], other=0.0) \
-            * tl.load(scales + c * BK // BLOCK)[:, None]  # h (weighted by A) times each expert's tile scale
-        wd = fp8_e4m3(tl.load(w[None, :, None] + rows[:, None, None] * INTER + j[None, None, :]), NATIVE_FP8)
-        out += tl.sum(tl.sum(wd * hw[None], axis=2), axis=1)
+        hs = hs + (tl.load(h_ptr + slots[:, None] * INTER + j[None, :], mask=used[:, None], other=0.0),)
+        tile_s = tile_s + (tl.load(scales + c * BK // BLOCK),)
+        tiles = tiles + (tl.load(w[None, :, None] + rows[:, None, None] * INTER + j[None, None, :]),)
+    shared = tl.zeros((BN,), tl.float32)
+    for c in tl.static_range(SHARED // SBK):
+        g = shared_gates[c].to(tl.float32)
+        hs_c = g / (1.0 + tl.exp(-g)) * shared_ups[c].to(tl.float32)
+        shared += tl.sum(shared_tiles[c].to(tl.float32) * hs_c[None], axis=1)
+    out = shared / (1.0 + tl.exp(-gate))
+    for c in tl.static_range(INTER // BK):
+        hw = hs[c] * tile_s[c][:, None]  # h (weighted by A) times each expert's tile scale
+        out += tl.sum(tl.sum(fp8_e4m3(tiles[c], NATIVE_FP8) * hw[None], axis=2), axis=1)
     dt = y_ptr.dtype.element_ty
     if RESIDUAL:
-        out = tl.load(res_ptr + rows).to(tl.float32) + out.to(dt).to(tl.float32)
+        out = res.to(tl.float32) + out.to(dt).to(tl.float32)
     tl.store(y_ptr + rows, out.to(dt))
 
 

@@ -32,27 +32,63 @@ MAX_SPLITS = 32  # one program merges a kv head's splits: with more, that serial
 
 
 @triton.jit
-def _rstd(x_ptr, K: tl.constexpr, BK: tl.constexpr, eps, CACHE: tl.constexpr):
-    """1 / RMS of the K values at x_ptr, in fp32."""
+def _chunks(ptr, K: tl.constexpr, BK: tl.constexpr, CACHE: tl.constexpr):
+    """The K values at ptr as a tuple of K // BK chunks, loaded at once (see _tiles)."""
+    chunks = ()
+    for c in tl.static_range(K // BK):
+        chunks = chunks + (tl.load(ptr + c * BK + tl.arange(0, BK), cache_modifier=CACHE),)
+    return chunks
+
+
+@triton.jit
+def _tiles(w_ptr, rows, used, K: tl.constexpr, BK: tl.constexpr, STRIDE: tl.constexpr):
+    """Rows `rows`, columns 0..K of the row-major (., STRIDE) matrix at w_ptr as a tuple of K // BK (rows, BK)
+    tiles; with a mask `used` over the rows (else None), unused rows read as zeros. The kernels load every tile
+    before their first reduction: a block reduction's barrier holds back the loads behind it, so tiles loaded
+    chunk by chunk cost a DRAM round trip each (in the PTX of Triton 3.6)."""
+    tiles = ()
+    for c in tl.static_range(K // BK):
+        offs = w_ptr + rows[:, None] * STRIDE + (c * BK + tl.arange(0, BK))[None, :]
+        if used is None:
+            tiles = tiles + (tl.load(offs),)
+        else:
+            tiles = tiles + (tl.load(offs, mask=used[:, None], other=0.0),)
+    return tiles
+
+
+@triton.jit
+def _rstd_of(xs, K: tl.constexpr, BK: tl.constexpr, eps):
+    """1 / RMS of the K values in the chunks xs (_chunks), in fp32."""
     squares = tl.zeros((BK,), tl.float32)
     for c in tl.static_range(K // BK):
-        x = tl.load(x_ptr + c * BK + tl.arange(0, BK), cache_modifier=CACHE).to(tl.float32)
+        x = xs[c].to(tl.float32)
         squares += x * x
     return tl.rsqrt(tl.sum(squares, axis=0) / K + eps)
 
 
 @triton.jit
-def _normed(x_ptr, gain_ptr, cols, rstd):
-    """Columns `cols` of the zero-centred RMSNorm (gain = 1 + w, fp32) of x, rounded to x's dtype as norm() does."""
-    x = tl.load(x_ptr + cols).to(tl.float32)
-    return (x * rstd * tl.load(gain_ptr + cols)).to(x_ptr.dtype.element_ty).to(tl.float32)
+def _rstd(x_ptr, K: tl.constexpr, BK: tl.constexpr, eps, CACHE: tl.constexpr):
+    """1 / RMS of the K values at x_ptr, in fp32."""
+    return _rstd_of(_chunks(x_ptr, K, BK, CACHE), K, BK, eps)
 
 
 @triton.jit
-def _rows_dot(w_ptr, rows, cols, x, K: tl.constexpr):
-    """w[rows, cols] @ x[cols] of a row-major (., K) matrix, fp32."""
-    w = tl.load(w_ptr + rows[:, None] * K + cols[None, :]).to(tl.float32)
-    return tl.sum(w * x[None, :], axis=1)
+def _norm_chunk(x, gain, rstd):
+    """A chunk x of the zero-centred RMSNorm (gain = 1 + w, fp32), rounded to x's dtype as norm() does, in fp32."""
+    return (x.to(tl.float32) * rstd * gain).to(x.dtype).to(tl.float32)
+
+
+@triton.jit
+def _normed(x_ptr, gain_ptr, cols, rstd):
+    """Columns `cols` of _norm_chunk's norm of x (the triton_moe_block files of engines kept before session 14 import
+    it)."""
+    return _norm_chunk(tl.load(x_ptr + cols), tl.load(gain_ptr + cols), rstd)
+
+
+@triton.jit
+def _tile_dot(w, x):
+    """A (rows, BK) weight tile times the BK values x, fp32."""
+    return tl.sum(w.to(tl.float32) * x[None, :], axis=1)
 
 
 @triton.jit
@@ -69,13 +105,14 @@ def _last(ticket_ptr, programs):
 def _enter_kernel(e_ptr, h_ptr, enorm_ptr, hnorm_ptr, w_ptr, x_ptr, eps, H: tl.constexpr, BN: tl.constexpr,
                   BK: tl.constexpr):
     rows = tl.program_id(0) * BN + tl.arange(0, BN)
-    e_rstd = _rstd(e_ptr, H, BK, eps, "")
-    h_rstd = _rstd(h_ptr, H, BK, eps, "")
+    w_e, w_h = _tiles(w_ptr, rows, None, H, BK, 2 * H), _tiles(w_ptr + H, rows, None, H, BK, 2 * H)
+    es, hs = _chunks(e_ptr, H, BK, ""), _chunks(h_ptr, H, BK, "")
+    e_gains, h_gains = _chunks(enorm_ptr, H, BK, ""), _chunks(hnorm_ptr, H, BK, "")
+    e_rstd, h_rstd = _rstd_of(es, H, BK, eps), _rstd_of(hs, H, BK, eps)
     acc = tl.zeros((BN,), tl.float32)
     for c in tl.static_range(H // BK):
-        cols = c * BK + tl.arange(0, BK)
-        acc += _rows_dot(w_ptr, rows, cols, _normed(e_ptr, enorm_ptr, cols, e_rstd), 2 * H)
-        acc += _rows_dot(w_ptr + H, rows, cols, _normed(h_ptr, hnorm_ptr, cols, h_rstd), 2 * H)
+        acc += _tile_dot(w_e[c], _norm_chunk(es[c], e_gains[c], e_rstd))
+        acc += _tile_dot(w_h[c], _norm_chunk(hs[c], h_gains[c], h_rstd))
     tl.store(x_ptr + rows, acc.to(x_ptr.dtype.element_ty))
 
 
@@ -89,15 +126,19 @@ def _norm_gemv_kernel(x_ptr, gain_ptr, w0_ptr, w1_ptr, w2_ptr, out_ptr, eps, K: 
         w_ptr = w0_ptr
     else:  # a tile never straddles two matrices; offset each base so that the stacked row index addresses it
         w_ptr = tl.where(first < N0, w0_ptr, tl.where(first < N0 + N1, w1_ptr - N0 * K, w2_ptr - (N0 + N1) * K))
-    rstd = _rstd(x_ptr, K, BK, eps, "")
+    ws = _tiles(w_ptr, rows, None, K, BK, K)
+    ups = ()
+    if SWIGLU:
+        ups = _tiles(w1_ptr, rows, None, K, BK, K)
+    xs, gains = _chunks(x_ptr, K, BK, ""), _chunks(gain_ptr, K, BK, "")
+    rstd = _rstd_of(xs, K, BK, eps)
     acc = tl.zeros((BN,), tl.float32)
     up = tl.zeros((BN,), tl.float32)
     for c in tl.static_range(K // BK):
-        cols = c * BK + tl.arange(0, BK)
-        x = _normed(x_ptr, gain_ptr, cols, rstd)
-        acc += _rows_dot(w_ptr, rows, cols, x, K)
+        x = _norm_chunk(xs[c], gains[c], rstd)
+        acc += _tile_dot(ws[c], x)
         if SWIGLU:
-            up += _rows_dot(w1_ptr, rows, cols, x, K)
+            up += _tile_dot(ups[c], x)
     dt = out_ptr.dtype.element_ty
     if SWIGLU:  # rounded where F.silu(gate) * up rounds: the GEMV outputs, silu, the product
         gate = acc.to(dt).to(tl.float32)
@@ -113,13 +154,13 @@ def _residual_gemv_kernel(a_ptr, w_ptr, res_ptr, y_ptr, gain_ptr, out_ptr, ticke
     products accumulate elementwise and are reduced once, after the last chunk: a reduction per chunk, as the
     norm GEMVs do, ran these wide-K shapes at half the bandwidth on the H200 (scripts/gpu_gemv_bench.py)."""
     rows = tl.program_id(0) * BN + tl.arange(0, BN)
+    ws, xs = _tiles(w_ptr, rows, None, K, BK, K), _chunks(a_ptr, K, BK, "")
+    res = tl.load(res_ptr + rows)
     acc = tl.zeros((BN, BK), tl.float32)
     for c in tl.static_range(K // BK):
-        cols = c * BK + tl.arange(0, BK)
-        w = tl.load(w_ptr + rows[:, None] * K + cols[None, :]).to(tl.float32)
-        acc += w * tl.load(a_ptr + cols).to(tl.float32)[None, :]
+        acc += ws[c].to(tl.float32) * xs[c].to(tl.float32)[None, :]
     dt = y_ptr.dtype.element_ty
-    tl.store(y_ptr + rows, (tl.load(res_ptr + rows).to(tl.float32) + tl.sum(acc, axis=1).to(dt).to(tl.float32)).to(dt))
+    tl.store(y_ptr + rows, (res.to(tl.float32) + tl.sum(acc, axis=1).to(dt).to(tl.float32)).to(dt))
     if FINAL_NORM:
         if _last(ticket_ptr, tl.num_programs(0)):  # .cg: the other programs' rows, from L2
             rstd = _rstd(y_ptr, N, NK, eps, ".cg")
