@@ -55,18 +55,14 @@ def _step_kernel(proj_ptr, conv_ptr, conv_w_ptr, neg_a_ptr, dt_bias_ptr, state_p
     key_head = head // (NV // NK)  # value head h reads key head h // repeat
     keys = tl.arange(0, DK)
     values = tl.program_id(1) * BV + tl.arange(0, BV)
-    # every load before the first reduction (_unit's), whose barrier would hold the loads behind it back
-    tile = state_ptr + head * DK * DV + keys[:, None] * DV + values[None, :]
-    s = tl.load(tile)
-    q = _silu_conv(conv_ptr, conv_w_ptr, proj_ptr, key_head * DK + keys, C, KS)
-    k = _silu_conv(conv_ptr, conv_w_ptr, proj_ptr, KD + key_head * DK + keys, C, KS)
+    q = _unit(_silu_conv(conv_ptr, conv_w_ptr, proj_ptr, key_head * DK + keys, C, KS)) * q_scale
+    k = _unit(_silu_conv(conv_ptr, conv_w_ptr, proj_ptr, KD + key_head * DK + keys, C, KS))
     v = _silu_conv(conv_ptr, conv_w_ptr, proj_ptr, 2 * KD + head * DV + values, C, KS)
     beta = tl.sigmoid(tl.load(proj_ptr + 2 * KD + 2 * VD + head).to(tl.float32))
     a = tl.load(proj_ptr + 2 * KD + 2 * VD + NV + head).to(tl.float32) + tl.load(dt_bias_ptr + head)
     g = tl.load(neg_a_ptr + head) * tl.where(a > 20.0, a, tl.log(1.0 + tl.exp(a)))  # softplus, threshold 20
-    q = _unit(q) * q_scale
-    k = _unit(k)
-    s = s * tl.exp(g)
+    tile = state_ptr + head * DK * DV + keys[:, None] * DV + values[None, :]
+    s = tl.load(tile) * tl.exp(g)
     delta = (v - tl.sum(s * k[:, None], axis=0)) * beta
     s += k[:, None] * delta[None, :]
     tl.store(tile, s)

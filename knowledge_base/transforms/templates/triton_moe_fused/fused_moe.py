@@ -51,35 +51,27 @@ def _gate_up_kernel(x_ptr, logits_ptr, w_ptr, s_ptr, h_ptr, ids_ptr, E: tl.const
                     BN: tl.constexpr, BK: tl.constexpr, NATIVE_FP8: tl.constexpr):
     slot = tl.program_id(0)
     tile = tl.program_id(1)
-    blocks = tl.arange(0, BK // BLOCK)
-    cols = tl.arange(0, BLOCK)
-    xs = ()
-    for c in tl.static_range(H // BK):
-        xs = xs + (tl.load(x_ptr + c * BK + blocks[:, None] * BLOCK + cols[None, :]),)
     ids, top = _route(logits_ptr, E, EP, K, KP)
     slots = tl.arange(0, KP)
     tl.store(ids_ptr + slots, ids, mask=(slots < K) & (slot == 0) & (tile == 0))
     expert = tl.sum(tl.where(slots == slot, ids, 0), axis=0)
     weight = tl.sum(tl.where(slots == slot, top, 0.0), axis=0)
     rows = tile * BN + tl.arange(0, BN)  # a BN-row tile lies inside one FP8 row block
+    blocks = tl.arange(0, BK // BLOCK)
+    cols = tl.arange(0, BLOCK)
     w = w_ptr + expert.to(tl.int64) * (2 * INTER * H)
     s = s_ptr + expert * ((2 * INTER // BLOCK) * (H // BLOCK))
     gate_scales = s + (tile * BN // BLOCK) * (H // BLOCK)
     up_scales = s + ((INTER + tile * BN) // BLOCK) * (H // BLOCK)
-    # every chunk's loads before the first chunk's reductions, whose barriers would hold the next chunk's back
-    gate_tiles, up_tiles, gate_s, up_s = (), (), (), ()
-    for c in tl.static_range(H // BK):  # (BN, BK // BLOCK, BLOCK) tiles: one scale per (row, block)
-        k = c * BK + blocks[:, None] * BLOCK + cols[None, :]
-        gate_tiles = gate_tiles + (tl.load(w + rows[:, None, None] * H + k[None]),)
-        up_tiles = up_tiles + (tl.load(w + (INTER + rows[:, None, None]) * H + k[None]),)
-        gate_s = gate_s + (tl.load(gate_scales + c * (BK // BLOCK) + blocks),)
-        up_s = up_s + (tl.load(up_scales + c * (BK // BLOCK) + blocks),)
     gate = tl.zeros((BN,), tl.float32)
     up = tl.zeros((BN,), tl.float32)
-    for c in tl.static_range(H // BK):
-        x = xs[c].to(tl.float32)[None]
-        gate += tl.sum(tl.sum(fp8_e4m3(gate_tiles[c], NATIVE_FP8) * x, axis=2) * gate_s[c][None], axis=1)
-        up += tl.sum(tl.sum(fp8_e4m3(up_tiles[c], NATIVE_FP8) * x, axis=2) * up_s[c][None], axis=1)
+    for c in tl.static_range(H // BK):  # (BN, BK // BLOCK, BLOCK) tiles: one scale per (row, block)
+        k = c * BK + blocks[:, None] * BLOCK + cols[None, :]
+        x = tl.load(x_ptr + k).to(tl.float32)[None]
+        wg = fp8_e4m3(tl.load(w + rows[:, None, None] * H + k[None]), NATIVE_FP8)
+        wu = fp8_e4m3(tl.load(w + (INTER + rows[:, None, None]) * H + k[None]), NATIVE_FP8)
+        gate += tl.sum(tl.sum(wg * x, axis=2) * tl.load(gate_scales + c * (BK // BLOCK) + blocks)[None], axis=1)
+        up += tl.sum(tl.sum(wu * x, axis=2) * tl.load(up_scales + c * (BK // BLOCK) + blocks)[None], axis=1)
     tl.store(h_ptr + slot * INTER + rows, gate / (1.0 + tl.exp(-gate)) * up * weight)
 
 

@@ -3,8 +3,8 @@ top-k, the top-p nucleus, softmax, the exponential race and the argmax, with Noi
 kernel from (seed, position, index), so no noise tensor is written and no host sync happens. draw_main's two
 races and its repeat check are one kernel; its RAS race runs only when the first draw repeats a recent token.
 
-Without a sort: the k-th largest logit and the nucleus's probability cut-off are found by a 16-ary search over
-the ordered bit patterns of the float32 values (8 steps of one block reduction each). A value's standing
+Without a sort: the k-th largest logit and the nucleus's probability cut-off are found by bisection over the
+ordered bit patterns of the float32 values (32 and 31 steps of one block reduction each). A value's standing
 then depends on the values only, never on a sort order: ties at the k-th logit all stay in (as in
 sampling.filter_logits), and tokens of equal probability at the nucleus's edge are kept or dropped together
 (torch's sort order decides there). Argmaxes take the first index of the maximum, as torch.argmax does.
@@ -21,12 +21,6 @@ from triton.language.extra import libdevice
 from reference_runtime.api import SamplingParams
 
 from .triton_sampling_params import CODE_WARPS, MAIN_WARPS
-
-# The thresholds are searched RADIX-ary, not by bisection: each pass tests RADIX cuts in one block reduction and
-# narrows the range RADIX-fold, so a 2^32-wide range takes 8 dependent reductions instead of 32 (a draw is a
-# chain of reductions, each costing the program a barrier's latency, not bandwidth).
-RADIX: tl.constexpr = tl.constexpr(16)
-SEARCH_PASSES: tl.constexpr = tl.constexpr(8)
 
 
 @triton.jit
@@ -66,15 +60,13 @@ def _kth_largest(x, k):
     made signed-monotone (-0.0 added to +0.0 first, so equal floats get equal keys)."""
     bits = (x + 0.0).to(tl.int32, bitcast=True)
     keys = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
-    lo = tl.min(keys, 0).to(tl.int64)  # the answer lies in [lo, hi]; lo always passes
+    lo = tl.min(keys, 0).to(tl.int64)
     hi = tl.max(keys, 0).to(tl.int64)
-    digits = tl.arange(0, RADIX).to(tl.int64)
-    for _ in range(SEARCH_PASSES):  # the keys span < 2^32
-        step = (hi - lo) // RADIX + 1
-        cuts = lo + digits * step  # the cuts that pass are a prefix: cuts[0] = lo and more keys lie above lower ones
-        enough = tl.sum((keys[None, :] >= cuts[:, None]).to(tl.int32), 1) >= k
-        lo += (tl.sum(enough.to(tl.int64), 0) - 1) * step
-        hi = tl.minimum(hi, lo + step - 1)
+    for _ in range(32):  # the keys span < 2^32
+        mid = hi - (hi - lo) // 2
+        enough = tl.sum((keys >= mid).to(tl.int32), 0) >= k
+        lo = tl.where(enough, mid, lo)
+        hi = tl.where(enough, hi, mid - 1)
     return keys >= lo
 
 
@@ -89,18 +81,15 @@ def _nucleus(p, offs, top_p, KEEP_CROSSING: tl.constexpr, BLOCK: tl.constexpr):
     hi = tl.max(bits, 0).to(tl.int64)  # passes: nothing lies above it (at or above it, +1 without keep_crossing)
     if not KEEP_CROSSING:
         hi += 1
-    digits = tl.arange(0, RADIX).to(tl.int64)
-    for _ in range(SEARCH_PASSES):  # p <= 1.0, whose bits are < 2^30
-        step = (hi - lo) // RADIX + 1
-        cuts = hi - digits * step  # the cuts that pass are a prefix: cuts[0] = hi, and less mass lies above higher ones
+    for _ in range(31):  # p <= 1.0, whose bits are < 2^30
+        mid = lo + (hi - lo) // 2
         if KEEP_CROSSING:
-            passes = tl.sum(tl.where(bits[None, :] > cuts[:, None], p[None, :], 0.0), 1) < top_p
+            passes = tl.sum(tl.where(bits > mid, p, 0.0), 0) < top_p
         else:
-            passes = tl.sum(tl.where(bits[None, :] >= cuts[:, None], p[None, :], 0.0), 1) <= top_p
-        passes &= cuts >= lo  # as bisection, never below lo (the total mass may round to just under top_p)
-        hi -= (tl.sum(passes.to(tl.int64), 0) - 1) * step
-        lo = tl.maximum(lo, hi - step + 1)
-    kept = bits >= hi
+            passes = tl.sum(tl.where(bits >= mid, p, 0.0), 0) <= top_p
+        hi = tl.where(passes, mid, hi)
+        lo = tl.where(passes, lo, mid + 1)
+    kept = bits >= lo
     if not KEEP_CROSSING:
         kept |= offs == _first_max(p, offs, BLOCK)
     return kept

@@ -43,9 +43,11 @@ def _chunks(ptr, K: tl.constexpr, BK: tl.constexpr, CACHE: tl.constexpr):
 @triton.jit
 def _tiles(w_ptr, rows, used, K: tl.constexpr, BK: tl.constexpr, STRIDE: tl.constexpr):
     """Rows `rows`, columns 0..K of the row-major (., STRIDE) matrix at w_ptr as a tuple of K // BK (rows, BK)
-    tiles; with a mask `used` over the rows (else None), unused rows read as zeros. The kernels load every tile
-    before their first reduction: a block reduction's barrier holds back the loads behind it, so tiles loaded
-    chunk by chunk cost a DRAM round trip each (in the PTX of Triton 3.6)."""
+    tiles; with a mask `used` over the rows (else None), unused rows read as zeros. A kernel that loads every
+    tile before its first block reduction saves the DRAM round trip per chunk that the reduction's barrier costs
+    tiles loaded chunk by chunk (in Triton 3.6's PTX). On the H200 (session 14) that paid where a launch has a few
+    hundred programs (enter, the MoE block's projection and down kernels, the DeltaNet output), and cost the
+    GEMVs of thousands of programs (norm_gemv, residual_gemv) more in resident programs than it saved."""
     tiles = ()
     for c in tl.static_range(K // BK):
         offs = w_ptr + rows[:, None] * STRIDE + (c * BK + tl.arange(0, BK))[None, :]
@@ -80,8 +82,7 @@ def _norm_chunk(x, gain, rstd):
 
 @triton.jit
 def _normed(x_ptr, gain_ptr, cols, rstd):
-    """Columns `cols` of _norm_chunk's norm of x (the triton_moe_block files of engines kept before session 14 import
-    it)."""
+    """Columns `cols` of _norm_chunk's norm of x."""
     return _norm_chunk(tl.load(x_ptr + cols), tl.load(gain_ptr + cols), rstd)
 
 
@@ -89,6 +90,13 @@ def _normed(x_ptr, gain_ptr, cols, rstd):
 def _tile_dot(w, x):
     """A (rows, BK) weight tile times the BK values x, fp32."""
     return tl.sum(w.to(tl.float32) * x[None, :], axis=1)
+
+
+@triton.jit
+def _rows_dot(w_ptr, rows, cols, x, K: tl.constexpr):
+    """w[rows, cols] @ x[cols] of a row-major (., K) matrix, fp32."""
+    w = tl.load(w_ptr + rows[:, None] * K + cols[None, :]).to(tl.float32)
+    return tl.sum(w * x[None, :], axis=1)
 
 
 @triton.jit
@@ -126,19 +134,15 @@ def _norm_gemv_kernel(x_ptr, gain_ptr, w0_ptr, w1_ptr, w2_ptr, out_ptr, eps, K: 
         w_ptr = w0_ptr
     else:  # a tile never straddles two matrices; offset each base so that the stacked row index addresses it
         w_ptr = tl.where(first < N0, w0_ptr, tl.where(first < N0 + N1, w1_ptr - N0 * K, w2_ptr - (N0 + N1) * K))
-    ws = _tiles(w_ptr, rows, None, K, BK, K)
-    ups = ()
-    if SWIGLU:
-        ups = _tiles(w1_ptr, rows, None, K, BK, K)
-    xs, gains = _chunks(x_ptr, K, BK, ""), _chunks(gain_ptr, K, BK, "")
-    rstd = _rstd_of(xs, K, BK, eps)
+    rstd = _rstd(x_ptr, K, BK, eps, "")
     acc = tl.zeros((BN,), tl.float32)
     up = tl.zeros((BN,), tl.float32)
     for c in tl.static_range(K // BK):
-        x = _norm_chunk(xs[c], gains[c], rstd)
-        acc += _tile_dot(ws[c], x)
+        cols = c * BK + tl.arange(0, BK)
+        x = _normed(x_ptr, gain_ptr, cols, rstd)
+        acc += _rows_dot(w_ptr, rows, cols, x, K)
         if SWIGLU:
-            up += _tile_dot(ups[c], x)
+            up += _rows_dot(w1_ptr, rows, cols, x, K)
     dt = out_ptr.dtype.element_ty
     if SWIGLU:  # rounded where F.silu(gate) * up rounds: the GEMV outputs, silu, the product
         gate = acc.to(dt).to(tl.float32)
@@ -154,13 +158,13 @@ def _residual_gemv_kernel(a_ptr, w_ptr, res_ptr, y_ptr, gain_ptr, out_ptr, ticke
     products accumulate elementwise and are reduced once, after the last chunk: a reduction per chunk, as the
     norm GEMVs do, ran these wide-K shapes at half the bandwidth on the H200 (scripts/gpu_gemv_bench.py)."""
     rows = tl.program_id(0) * BN + tl.arange(0, BN)
-    ws, xs = _tiles(w_ptr, rows, None, K, BK, K), _chunks(a_ptr, K, BK, "")
-    res = tl.load(res_ptr + rows)
     acc = tl.zeros((BN, BK), tl.float32)
     for c in tl.static_range(K // BK):
-        acc += ws[c].to(tl.float32) * xs[c].to(tl.float32)[None, :]
+        cols = c * BK + tl.arange(0, BK)
+        w = tl.load(w_ptr + rows[:, None] * K + cols[None, :]).to(tl.float32)
+        acc += w * tl.load(a_ptr + cols).to(tl.float32)[None, :]
     dt = y_ptr.dtype.element_ty
-    tl.store(y_ptr + rows, (res.to(tl.float32) + tl.sum(acc, axis=1).to(dt).to(tl.float32)).to(dt))
+    tl.store(y_ptr + rows, (tl.load(res_ptr + rows).to(tl.float32) + tl.sum(acc, axis=1).to(dt).to(tl.float32)).to(dt))
     if FINAL_NORM:
         if _last(ticket_ptr, tl.num_programs(0)):  # .cg: the other programs' rows, from L2
             rstd = _rstd(y_ptr, N, NK, eps, ".cg")
