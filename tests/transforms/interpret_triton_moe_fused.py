@@ -115,7 +115,7 @@ def _moe_weights(pkg, cfg, gen: torch.Generator, fuse: bool):
 
 @triton.jit
 def _route_kernel(logits, ids_out, top_out, E: tl.constexpr, K: tl.constexpr):
-    ids, top = KERNELS._route(logits, E, triton.next_power_of_2(E), K, triton.next_power_of_2(K), "")
+    ids, top = KERNELS._route(logits, E, triton.next_power_of_2(E), K, triton.next_power_of_2(K))
     slots = tl.arange(0, triton.next_power_of_2(K))
     tl.store(ids_out + slots, ids, mask=slots < K)
     tl.store(top_out + slots, top, mask=slots < K)

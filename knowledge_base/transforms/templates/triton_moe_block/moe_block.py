@@ -3,10 +3,7 @@ Triton kernels instead of five launches (the norm, the router | shared-expert GE
 the residual add), because the captured frame is bound by its kernel count:
 (1) every program recomputes the RMS of x (a 4 KB read: cheaper than a launch), then its rows of the fused router |
     shared gate | shared up | shared-expert gate projection, the last tile masked (E + 2 I_s + 1 rows split into no
-    power-of-two tile); program 0 also writes the normed row, the gate|up kernel's input; the last of the programs
-    holding router rows to finish (an atomic ticket) routes the token (top-k, renormalised weights) while the
-    shared-expert rows' programs still run, so the gate|up programs load the expert ids instead of each routing
-    (eight dependent block reductions before any expert weight can be loaded);
+    power-of-two tile); program 0 also writes the normed row, the gate|up kernel's input;
 (2, 3) triton_moe_fused's kernels, the down kernel adding its output to x.
 """
 from __future__ import annotations
@@ -19,19 +16,18 @@ from reference_runtime.config import BackboneConfig
 
 from .decode_ops import norm
 from .decode_weights import MoEWeights
-from .fused_moe import _route, fused_moe_decode
+from .fused_moe import fused_moe_decode
 from .moe_block_params import BLOCK_K, BLOCK_N, NUM_WARPS
-from .triton_tower import _chunks, _last, _norm_chunk, _rstd_of, _tile_dot, _tiles
+from .triton_tower import _chunks, _norm_chunk, _rstd_of, _tile_dot, _tiles
 
 
 @triton.jit
-def _norm_proj_kernel(x_ptr, gain_ptr, w_ptr, out_ptr, h_ptr, ticket_ptr, ids_ptr, weights_ptr, eps,
-                      K: tl.constexpr, N: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, E: tl.constexpr,
-                      EP: tl.constexpr, TOPK: tl.constexpr, KP: tl.constexpr):
+def _norm_proj_kernel(x_ptr, gain_ptr, w_ptr, out_ptr, h_ptr, eps, K: tl.constexpr, N: tl.constexpr,
+                      BN: tl.constexpr, BK: tl.constexpr):
     first = tl.program_id(0) * BN
     rows = first + tl.arange(0, BN)
     used = rows < N
-    ws = _tiles(w_ptr, rows, used, K, BK, K)  # before the RMS's reduction, as triton_tower's enter kernel
+    ws = _tiles(w_ptr, rows, used, K, BK, K)  # before the RMS's reduction, as triton_tower's GEMVs
     xs, gains = _chunks(x_ptr, K, BK, ""), _chunks(gain_ptr, K, BK, "")
     rstd = _rstd_of(xs, K, BK, eps)
     acc = tl.zeros((BN,), tl.float32)
@@ -41,25 +37,6 @@ def _norm_proj_kernel(x_ptr, gain_ptr, w_ptr, out_ptr, h_ptr, ticket_ptr, ids_pt
         tl.store(h_ptr + cols, h.to(h_ptr.dtype.element_ty), mask=(cols < K) & (first == 0))
         acc += _tile_dot(ws[c], h)
     tl.store(out_ptr + rows, acc.to(out_ptr.dtype.element_ty), mask=used)
-    routers: tl.constexpr = (E + BN - 1) // BN  # the programs holding router rows (the first E rows)
-    if tl.program_id(0) < routers:
-        if _last(ticket_ptr, routers):  # .cg: the other router programs' logits, from L2
-            ids, top = _route(out_ptr, E, EP, TOPK, KP, ".cg")
-            slots = tl.arange(0, KP)
-            tl.store(ids_ptr + slots, ids, mask=slots < TOPK)
-            tl.store(weights_ptr + slots, top, mask=slots < TOPK)
-
-
-_TICKETS: dict[torch.device, torch.Tensor] = {}
-
-
-def _ticket(device: torch.device) -> torch.Tensor:
-    """The projection kernel's arrival counter on `device`, zero between launches (its last router program resets
-    it), so one serves every layer and engine: launches on a stream run one after another. Made on the first call,
-    which graph_capture runs before it captures, so no graph holds the memset or owns the memory."""
-    if device not in _TICKETS:
-        _TICKETS[device] = torch.zeros(1, dtype=torch.int32, device=device)
-    return _TICKETS[device]
 
 
 def _block(size: int, limit: int) -> int:
@@ -79,14 +56,9 @@ def moe_block(x: torch.Tensor, gain: torch.Tensor, w: MoEWeights, cfg: BackboneC
     if not (x.is_contiguous() and mat.is_contiguous()):
         raise ValueError("moe_block reads the activations and weights as contiguous arrays")
     rows, hidden = mat.shape
-    experts, k = cfg.num_experts, cfg.num_experts_per_tok
     proj = torch.empty((1, rows), dtype=x.dtype, device=x.device)
     h = torch.empty_like(x)
-    ids = torch.empty(k, dtype=torch.int32, device=x.device)
-    weights = torch.empty(k, dtype=torch.float32, device=x.device)
     bn = min(BLOCK_N, triton.next_power_of_2(rows))
-    _norm_proj_kernel[(triton.cdiv(rows, bn),)](x, gain, mat, proj, h, _ticket(x.device), ids, weights,
-                                               cfg.rms_norm_eps, hidden, rows, bn, _block(hidden, BLOCK_K), experts,
-                                               triton.next_power_of_2(experts), k, triton.next_power_of_2(k),
-                                               num_warps=NUM_WARPS)
-    return fused_moe_decode(h, *proj.split(w.proj.sizes, dim=-1), w, cfg, residual=x, routed=(ids, weights))
+    _norm_proj_kernel[(triton.cdiv(rows, bn),)](x, gain, mat, proj, h, cfg.rms_norm_eps, hidden, rows, bn,
+                                               _block(hidden, BLOCK_K), num_warps=NUM_WARPS)
+    return fused_moe_decode(h, *proj.split(w.proj.sizes, dim=-1), w, cfg, residual=x)

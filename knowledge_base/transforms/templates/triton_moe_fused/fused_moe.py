@@ -22,13 +22,12 @@ from .fused_moe_params import BLOCK_K, BLOCK_N, DOWN_BLOCK_K, DOWN_BLOCK_N, DOWN
 
 
 @triton.jit
-def _route(logits_ptr, E: tl.constexpr, EP: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, CACHE: tl.constexpr):
+def _route(logits_ptr, E: tl.constexpr, EP: tl.constexpr, K: tl.constexpr, KP: tl.constexpr):
     """(expert ids, renormalised softmax weights), KP long, of the K largest router logits: softmax is monotonic
     and its denominator cancels in the renormalisation. Ties go to the lowest id (torch.topk's choice); slots
     past K get id 0 and weight 0. One max-reduction per pick: logit and id packed in one int64 key."""
     experts = tl.arange(0, EP)
-    logits = tl.load(logits_ptr + experts, mask=experts < E, other=float("-inf"), cache_modifier=CACHE)
-    logits = logits.to(tl.float32)
+    logits = tl.load(logits_ptr + experts, mask=experts < E, other=float("-inf")).to(tl.float32)
     bits = logits.to(tl.int32, bitcast=True)
     order = bits ^ ((bits >> 31) & 0x7FFFFFFF)  # signed-int order = float order
     keys = (order.to(tl.int64) << 32) | (EP - 1 - experts).to(tl.int64)
@@ -47,22 +46,16 @@ def _route(logits_ptr, E: tl.constexpr, EP: tl.constexpr, K: tl.constexpr, KP: t
 
 
 @triton.jit
-def _gate_up_kernel(x_ptr, logits_ptr, w_ptr, s_ptr, h_ptr, ids_ptr, weights_ptr, E: tl.constexpr,
-                    EP: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, H: tl.constexpr, INTER: tl.constexpr,
-                    BLOCK: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, NATIVE_FP8: tl.constexpr,
-                    ROUTED: tl.constexpr):
-    """ROUTED: the token's expert ids and weights are in ids_ptr and weights_ptr already (triton_moe_block)."""
+def _gate_up_kernel(x_ptr, logits_ptr, w_ptr, s_ptr, h_ptr, ids_ptr, E: tl.constexpr, EP: tl.constexpr,
+                    K: tl.constexpr, KP: tl.constexpr, H: tl.constexpr, INTER: tl.constexpr, BLOCK: tl.constexpr,
+                    BN: tl.constexpr, BK: tl.constexpr, NATIVE_FP8: tl.constexpr):
     slot = tl.program_id(0)
     tile = tl.program_id(1)
-    if ROUTED:
-        expert = tl.load(ids_ptr + slot)
-        weight = tl.load(weights_ptr + slot)
-    else:
-        ids, top = _route(logits_ptr, E, EP, K, KP, "")
-        slots = tl.arange(0, KP)
-        tl.store(ids_ptr + slots, ids, mask=(slots < K) & (slot == 0) & (tile == 0))
-        expert = tl.sum(tl.where(slots == slot, ids, 0), axis=0)
-        weight = tl.sum(tl.where(slots == slot, top, 0.0), axis=0)
+    ids, top = _route(logits_ptr, E, EP, K, KP)
+    slots = tl.arange(0, KP)
+    tl.store(ids_ptr + slots, ids, mask=(slots < K) & (slot == 0) & (tile == 0))
+    expert = tl.sum(tl.where(slots == slot, ids, 0), axis=0)
+    weight = tl.sum(tl.where(slots == slot, top, 0.0), axis=0)
     rows = tile * BN + tl.arange(0, BN)  # a BN-row tile lies inside one FP8 row block
     blocks = tl.arange(0, BK // BLOCK)
     cols = tl.arange(0, BLOCK)
@@ -136,11 +129,9 @@ def _tile(size: int, limit: int) -> int:
 
 def fused_moe_decode(x: torch.Tensor, logits: torch.Tensor, shared_gate: torch.Tensor, shared_up: torch.Tensor,
                      shared_scale: torch.Tensor, w: MoEWeights, cfg: BackboneConfig,
-                     residual: torch.Tensor | None = None,
-                     routed: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+                     residual: torch.Tensor | None = None) -> torch.Tensor:
     """decode_moe.moe_decode from the outputs of w.proj(x) on: (1, hidden) -> (1, hidden) in x's dtype; given the
-    residual stream (1, hidden), residual + that output; given `routed`, the (k,) int32 expert ids and (k,) fp32
-    renormalised weights the routing chose already (as _route chooses them)."""
+    residual stream (1, hidden), residual + that output."""
     res = x if residual is None else residual  # unread without a residual
     if not all(t.is_contiguous() for t in (x, res, logits, shared_gate, shared_up, w.gate_up, w.down, w.shared_down)):
         raise ValueError("fused_moe_decode reads the activations and weights as contiguous arrays")
@@ -150,12 +141,12 @@ def fused_moe_decode(x: torch.Tensor, logits: torch.Tensor, shared_gate: torch.T
     bn, dbn = min(BLOCK_N, block), min(DOWN_BLOCK_N, block)
     bk = max(block, _tile(h, BLOCK_K))  # whole FP8 blocks
     hidden = torch.empty((k, inter), dtype=torch.float32, device=x.device)
-    ids, weights = routed or (torch.empty(k, dtype=torch.int32, device=x.device), hidden)  # weights: unread
+    ids = torch.empty(k, dtype=torch.int32, device=x.device)
     out = torch.empty_like(x)
     native, kp = x.is_cuda, triton.next_power_of_2(k)
-    _gate_up_kernel[(k, inter // bn)](x, logits, w.gate_up, w.gate_up_scale, hidden, ids, weights, E,
+    _gate_up_kernel[(k, inter // bn)](x, logits, w.gate_up, w.gate_up_scale, hidden, ids, E,
                                       triton.next_power_of_2(E), k, kp, h, inter, block, bn, bk, native,
-                                      routed is not None, num_warps=NUM_WARPS)
+                                      num_warps=NUM_WARPS)
     _down_kernel[(h // dbn,)](hidden, ids, w.down, w.down_scale, shared_gate, shared_up, shared_scale, w.shared_down,
                               res, out, k, kp, h, inter, shared, block, dbn, min(block, _tile(inter, DOWN_BLOCK_K)),
                               _tile(shared, DOWN_BLOCK_K), native, residual is not None, num_warps=DOWN_WARPS)
