@@ -85,8 +85,10 @@ def _blocks(experts: torch.Tensor, num_experts: int, bm: int) -> tuple[torch.Ten
     flat = experts.flatten()
     pairs = flat.numel()
     num_blocks = -(-pairs // bm) + min(num_experts, pairs)
-    order = torch.argsort(flat, stable=True)
-    counts = torch.zeros(num_experts, dtype=torch.long, device=flat.device).index_add_(0, flat, torch.ones_like(flat))
+    # a stable radix sort makes a pass per key byte: the ids sort as their narrowest type, not as int64
+    order = torch.argsort(flat.to(torch.uint8 if num_experts <= 256 else torch.int32), stable=True)
+    # exact counts by compare-and-sum: no scatter
+    counts = (flat[:, None] == torch.arange(num_experts, device=flat.device)[None, :]).sum(0)
     padded = (counts + bm - 1) // bm * bm
     first_padded = torch.cumsum(padded, 0) - padded
     first = torch.cumsum(counts, 0) - counts
