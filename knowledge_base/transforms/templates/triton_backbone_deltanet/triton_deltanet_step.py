@@ -7,8 +7,9 @@ as three Triton kernels instead of ~40 torch kernels, because the captured frame
 (3) out: every program recomputes the gated RMSNorm of each head's output (the GEMV's input chunks are whole
     heads, so a head's RMS comes from the values its chunk loads anyway), then its rows of out_proj plus the
     residual, the products accumulated elementwise and reduced once after the last chunk (as triton_tower's
-    residual GEMV: a reduction per chunk halved the bandwidth of this shape on the H200). Its programs also advance the conv window: programs of (2) that share a key head read the same q/k
-    conv rows, so no program of (2) may shift them, and (3) starts only after all of (2) has read them.
+    residual GEMV: a reduction per chunk halved the bandwidth of this shape on the H200). Its programs also
+    advance the conv window: programs of (2) that share a key head read the same q/k conv rows, so no program of
+    (2) may shift them, and (3) starts only after all of (2) has read them.
 Sums in fp32; values are rounded to the activation dtype wherever the torch step rounds them.
 """
 from __future__ import annotations

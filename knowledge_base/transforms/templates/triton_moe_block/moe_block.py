@@ -18,7 +18,7 @@ from .decode_ops import norm
 from .decode_weights import MoEWeights
 from .fused_moe import fused_moe_decode
 from .moe_block_params import BLOCK_K, BLOCK_N, NUM_WARPS
-from .triton_tower import _chunks, _norm_chunk, _rstd_of, _tile_dot, _tiles
+from .triton_tower import _block, _chunks, _norm_chunk, _rstd_of, _tile_dot, _tiles
 
 
 @triton.jit
@@ -37,14 +37,6 @@ def _norm_proj_kernel(x_ptr, gain_ptr, w_ptr, out_ptr, h_ptr, eps, K: tl.constex
         tl.store(h_ptr + cols, h.to(h_ptr.dtype.element_ty), mask=(cols < K) & (first == 0))
         acc += _tile_dot(ws[c], h)
     tl.store(out_ptr + rows, acc.to(out_ptr.dtype.element_ty), mask=used)
-
-
-def _block(size: int, limit: int) -> int:
-    """min(limit, size), which must divide `size` and be a power of two (a tl.arange length)."""
-    block = min(limit, size)
-    if size % block or block & (block - 1):
-        raise ValueError(f"triton_moe_block: {size} columns do not split into power-of-two blocks of <= {limit}")
-    return block
 
 
 def moe_block(x: torch.Tensor, gain: torch.Tensor, w: MoEWeights, cfg: BackboneConfig) -> torch.Tensor:

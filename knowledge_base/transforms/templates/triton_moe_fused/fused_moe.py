@@ -6,7 +6,9 @@ stack, times that expert's routing weight; program (0, 0) also writes the select
 (B) per tile of output rows, the k routed down projections (FP8) plus the shared expert's down projection (bf16,
 on silu(gate) * up of the GEMV's shared outputs, times sigmoid of its gate), all summed in one program: every
 output row has one writer, so no atomics and the result is deterministic; given the residual stream, it also adds
-the output to it (rounded as torch's `x + moe_out`). fp32 throughout; the output is in x's dtype. Loops over the reduction dimension are unrolled so the loads of all chunks can be in flight at once.
+the output to it (rounded as torch's `x + moe_out`). fp32 throughout; the output is in x's dtype. Loops over the
+reduction dimension are unrolled; (B) loads every chunk before its first reduction, whose barrier would otherwise
+hold the next chunk's loads back (a DRAM round trip per chunk).
 """
 from __future__ import annotations
 
