@@ -17,26 +17,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from triton import AsyncCompileMode, FutureKernel
-from triton.backends.compiler import GPUTarget
 from triton.runtime.driver import driver
 from triton.runtime.errors import OutOfResources
 from triton_launches import Launch, decode_launch
 
-SM90 = GPUTarget("cuda", 90, 32)
-SM90_SHARED = 232448  # bytes of shared memory a block may opt into on an H100/H200
-
-
-class Sm90Driver:
-    """All that JITFunction.run asks the driver when it compiles and does not launch (warmup)."""
-
-    def get_current_device(self) -> int:
-        return 0
-
-    def get_current_stream(self, device: int) -> int:
-        return 0
-
-    def get_current_target(self) -> GPUTarget:
-        return SM90
+from scripts.sm90_target import SM90_SHARED, Sm90Driver
 
 
 def _compile(launch: Launch) -> FutureKernel:

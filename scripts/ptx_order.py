@@ -1,0 +1,149 @@
+"""Each weight-reading decode kernel of the `proven` recipe, compiled for sm_90 at full drama3 dims on any machine
+with Triton (no GPU needed): its registers and spills (ptxas -v), and the order of its global loads (L) and block
+barriers (B) in the PTX, runs of loads counted (L22 = 22 loads in a row). Triton 3.6 does not move a load across a
+barrier, so every barrier between two runs of loads is a DRAM round trip that each program waits out; session 14
+(docs/benchmarks.md) found and cut some of them this way.
+
+    python3 scripts/ptx_order.py [--warps W] [--block-n N]
+
+--warps and --block-n replace every kernel's warps and rows per program: what a tile would cost before a GPU
+measures it.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import triton
+from triton.runtime.driver import driver
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from reference_runtime.config import get_config  # noqa: E402
+from scripts.gpu_fast_check import RECIPES, import_package, package_root, recipe_files  # noqa: E402
+from scripts.sm90_target import Sm90Driver  # noqa: E402
+
+PTXAS = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+BF16, F32, I32, U8 = torch.bfloat16, torch.float32, torch.int32, torch.uint8
+
+
+@dataclass(frozen=True, slots=True)
+class Order:
+    kernel: str
+    registers: int
+    spill_bytes: int
+    sequence: str  # L/B/S in PTX order, runs of 4+ loads as L<count>
+
+    @property
+    def round_trips(self) -> int:
+        """Runs of loads separated by barriers: DRAM round trips in a row."""
+        return len([run for run in re.split(r"B+", re.sub(r"S", "", self.sequence)) if run.startswith("L")])
+
+
+def _ptr(dtype: torch.dtype) -> torch.Tensor:
+    """A pointer argument: Triton specializes a launch on a tensor's dtype and 16-byte alignment only."""
+    return torch.empty(16, dtype=dtype)
+
+
+def _sequence(ptx: str) -> str:
+    marks = []
+    for line in ptx.splitlines():
+        line = line.strip()
+        if "ld.global" in line:
+            marks.append("L")
+        elif "bar.sync" in line:
+            marks.append("B")
+        elif "st.global" in line:
+            marks.append("S")
+    return re.sub(r"L{4,}", lambda m: f"L{len(m.group(0))}", "".join(marks))
+
+
+def _ptxas(ptx: str) -> tuple[int, int]:
+    """(registers, spill store bytes) that ptxas reports for sm_90a."""
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
+        f.write(ptx)
+        f.flush()
+        report = subprocess.run([str(PTXAS), "-v", "--gpu-name", "sm_90a", f.name, "-o", "/dev/null"],
+                                capture_output=True, text=True, check=True).stderr
+    return int(re.search(r"Used (\d+) registers", report)[1]), int(re.search(r"(\d+) bytes spill stores", report)[1])
+
+
+def _kernels(warps: int | None, block_n: int | None) -> dict[str, Callable[[], object]]:
+    """kernel name -> its sm_90 warmup at full drama3 dims with the recipe's tiles (or the overrides)."""
+    root = package_root("ptx_order_")
+    engine = import_package(recipe_files(RECIPES["proven"]), root, "ptx_order_engine")
+    tower, fused, block, step = (importlib.import_module(f"{engine.__name__}.{m}")
+                                 for m in ("triton_tower", "fused_moe", "moe_block", "triton_deltanet_step"))
+    b, t = get_config("drama3").backbone, get_config("drama3").tower
+    h, e, k, inter, fp8 = b.hidden_size, b.num_experts, b.num_experts_per_tok, b.moe_intermediate_size, b.fp8_block
+    nk, nv, dk, dv = b.linear_num_key_heads, b.linear_num_value_heads, b.linear_key_head_dim, b.linear_value_head_dim
+    in_proj = 2 * nk * dk + 2 * nv * dv + 2 * nv  # q|k|v|z|b|a
+    router = e + 2 * b.shared_expert_intermediate_size + 1
+    channels = 2 * nk * dk + nv * dv
+
+    def rows(default: int) -> int:
+        return block_n or default
+
+    def run(fn, *args, num_warps: int):
+        return lambda: fn.warmup(*args, grid=(1,), num_warps=warps or num_warps)
+
+    return {
+        "norm_gemv (DeltaNet in_proj)": run(tower._norm_gemv_kernel, _ptr(BF16), _ptr(F32), _ptr(BF16), _ptr(BF16),
+                                            _ptr(BF16), _ptr(BF16), 1e-6, h, in_proj, 0, False,
+                                            rows(tower.BLOCK_N), tower.BLOCK_K, num_warps=tower.NUM_WARPS),
+        "norm_gemv swiglu (tower gate|up)": run(tower._norm_gemv_kernel, _ptr(BF16), _ptr(F32), _ptr(BF16),
+                                                _ptr(BF16), _ptr(BF16), _ptr(BF16), 1e-6, h, t.intermediate_size, 0,
+                                                True, rows(tower.BLOCK_N), tower.BLOCK_K, num_warps=tower.NUM_WARPS),
+        "enter (tower)": run(tower._enter_kernel, _ptr(BF16), _ptr(BF16), _ptr(F32), _ptr(F32), _ptr(BF16),
+                             _ptr(BF16), 1e-6, h, rows(tower.BLOCK_N), tower.BLOCK_K, num_warps=tower.NUM_WARPS),
+        "residual_gemv (o_proj)": run(tower._residual_gemv_kernel, _ptr(BF16), _ptr(BF16), _ptr(BF16), _ptr(BF16),
+                                      _ptr(F32), _ptr(BF16), _ptr(I32), 1e-6, nv * dv, h, False,
+                                      rows(tower.RESIDUAL_BLOCK_N), tower.RESIDUAL_BLOCK_K, tower.BLOCK_K,
+                                      num_warps=tower.RESIDUAL_WARPS),
+        "out (DeltaNet)": run(step._out_kernel, _ptr(BF16), _ptr(BF16), _ptr(F32), _ptr(BF16), _ptr(BF16),
+                              _ptr(BF16), _ptr(BF16), _ptr(BF16), 1e-6, nv, dv, channels, b.linear_conv_kernel,
+                              triton.next_power_of_2(triton.cdiv(channels, h // rows(step.OUT_BLOCK_N))),
+                              rows(step.OUT_BLOCK_N), max(1, step.OUT_BLOCK_K // dv), num_warps=step.OUT_WARPS),
+        "norm_proj (MoE block)": run(block._norm_proj_kernel, _ptr(BF16), _ptr(F32), _ptr(BF16), _ptr(BF16),
+                                     _ptr(BF16), 1e-6, h, router, rows(block.BLOCK_N), min(h, block.BLOCK_K),
+                                     num_warps=block.NUM_WARPS),
+        "gate_up (MoE)": run(fused._gate_up_kernel, _ptr(BF16), _ptr(F32), _ptr(U8), _ptr(F32), _ptr(F32), _ptr(I32),
+                             e, triton.next_power_of_2(e), k, triton.next_power_of_2(k), h, inter, fp8,
+                             min(rows(fused.BLOCK_N), fp8), max(fp8, fused.BLOCK_K), True, num_warps=fused.NUM_WARPS),
+        "down (MoE)": run(fused._down_kernel, _ptr(F32), _ptr(I32), _ptr(U8), _ptr(F32), _ptr(BF16), _ptr(BF16),
+                          _ptr(BF16), _ptr(BF16), _ptr(BF16), _ptr(BF16), k, triton.next_power_of_2(k), h, inter,
+                          b.shared_expert_intermediate_size, fp8, min(rows(fused.DOWN_BLOCK_N), fp8),
+                          min(fp8, fused.DOWN_BLOCK_K), fused.DOWN_BLOCK_K, True, True, num_warps=fused.DOWN_WARPS),
+    }
+
+
+def orders(warps: int | None = None, block_n: int | None = None) -> list[Order]:
+    driver.set_active(Sm90Driver())
+    found = []
+    for name, warmup in _kernels(warps, block_n).items():
+        ptx = warmup().asm["ptx"]
+        found.append(Order(name, *_ptxas(ptx), _sequence(ptx)))
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--warps", type=int, help="every kernel's warps (default: the recipe's)")
+    parser.add_argument("--block-n", type=int, help="every kernel's rows per program (default: the recipe's)")
+    args = parser.parse_args()
+    print(f"{'kernel':34} {'regs':>5} {'spill B':>8} {'trips':>5}  loads (L) and barriers (B) in PTX order")
+    for o in orders(args.warps, args.block_n):
+        print(f"{o.kernel:34} {o.registers:5d} {o.spill_bytes:8d} {o.round_trips:5d}  {o.sequence}")
+
+
+if __name__ == "__main__":
+    main()
