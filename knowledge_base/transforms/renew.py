@@ -54,11 +54,15 @@ def _sources(folders: list[str]) -> dict[str, str]:
     return {asset.name: asset.read_text() for folder in folders for asset in sorted((TEMPLATES / folder).glob("*.py"))}
 
 
-def template_version(transform: Transform) -> str:
+def _digest(sources: dict[str, str]) -> str:
     digest = hashlib.sha256()
-    for name, source in sorted(_sources(_folders(transform)).items()):
+    for name, source in sorted(sources.items()):
         digest.update(f"{name}\0{source}\0".encode())
     return digest.hexdigest()[:8]
+
+
+def template_version(transform: Transform) -> str:
+    return _digest(_sources(_folders(transform)))
 
 
 def renewal(transform: Transform, files: Files) -> Renewal | None:
@@ -69,15 +73,15 @@ def renewal(transform: Transform, files: Files) -> Renewal | None:
     brings the params its file reads)."""
     if not transform.templates or transform.knobs is None or transform.knobs.path not in files:
         return None
+    own = _sources(list(transform.templates))
     imported = _sources(_folders(transform)[len(transform.templates):])
     if any(files.get(name) != source for name, source in imported.items()):
         return None
-    patches = [Patch(name, files.get(name, ""), source) for name, source in _sources(list(transform.templates)).items()
-               if files.get(name) != source]
+    patches = [Patch(name, files.get(name, ""), source) for name, source in own.items() if files.get(name) != source]
     if not patches:
         return None
     old = files[transform.knobs.path]
     new = transform.knobs.text(next(transform.variants()))
     if new != old:
         patches.append(Patch(transform.knobs.path, old, new))
-    return Renewal(transform, template_version(transform), patches)
+    return Renewal(transform, _digest(own | imported), patches)

@@ -277,11 +277,19 @@ def _leap(context: ProposalContext, banned: str) -> list[_Choice]:
     banned_renewals = _banned_text(context, of_kind=RENEW)
     files, renewed = context.parent_files, []
     waiting = [t for t in _lineage(context) if context.device in t.proven]
+
+    def first_renewal(files: dict[str, str]) -> tuple[Transform, _Choice] | None:
+        for t in waiting:
+            if (r := renewal(t, files)) is not None:
+                choice = _renewal_choice(r)
+                if choice.label not in banned_renewals and not _tried(choice.label, context):
+                    return t, choice
+        return None
+
     # each on the files the previous ones produced: two may bring the same new shared file, and one may wait for
     # the renewal of a file it imports (renew.py), so rounds go on until none applies
-    while found := [(t, c) for t in waiting if (r := renewal(t, files)) is not None
-                    and (c := _renewal_choice(r)).label not in banned_renewals and not _tried(c.label, context)]:
-        transform, choice = found[0]
+    while (found := first_renewal(files)) is not None:
+        transform, choice = found
         renewed.append(choice)
         files = apply_edits(files, choice.edits)
         waiting.remove(transform)

@@ -95,8 +95,7 @@ def _tile_dot(w, x):
 @triton.jit
 def _rows_dot(w_ptr, rows, cols, x, K: tl.constexpr):
     """w[rows, cols] @ x[cols] of a row-major (., K) matrix, fp32."""
-    w = tl.load(w_ptr + rows[:, None] * K + cols[None, :]).to(tl.float32)
-    return tl.sum(w * x[None, :], axis=1)
+    return _tile_dot(tl.load(w_ptr + rows[:, None] * K + cols[None, :]), x)
 
 
 @triton.jit
