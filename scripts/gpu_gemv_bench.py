@@ -36,13 +36,13 @@ from scripts.gpu_fast_check import recipe_module
 DEVICE = torch.device("cuda")
 L2_BYTES = 200 << 20  # the weight copies of one graph: several times the H200's 50 MB L2
 TILES = [(bn, bk, warps) for bn in (4, 8, 16, 32) for bk in (256, 512, 1024) for warps in (4, 8)]
-# one or two warps (session 14, not yet measured): a one-warp program's reductions are warp shuffles with no block
+# one or two warps (measured in session 15): a one-warp program's reductions are warp shuffles with no block
 # barrier, and its sm_90 PTX issues every chunk's loads at once; tiles of at most 128 weights per thread per chunk
 TILES += [(bn, bk, warps) for bn in (2, 4, 8) for bk in (256, 512, 1024) for warps in (1, 2)
           if bn * bk <= 128 * 32 * warps]
 _FIRST = next(triton_tower.variants())
 # (block_n, block_k, warps) the transform applies by default: [norm GEMVs, residual GEMVs]
-DEFAULTS = [tuple(_FIRST[k] for k in ("block_n", "block_k", "num_warps")),
+DEFAULTS = [tuple(_FIRST[k] for k in ("block_n", "block_k", "gemv_warps")),
             tuple(_FIRST[k] for k in ("residual_block_n", "residual_block_k", "residual_warps"))]
 
 

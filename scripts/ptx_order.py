@@ -99,10 +99,10 @@ def _kernels(warps: int | None, block_n: int | None) -> dict[str, Callable[[], o
     return {
         "norm_gemv (DeltaNet in_proj)": run(tower._norm_gemv_kernel, _ptr(BF16), _ptr(F32), _ptr(BF16), _ptr(BF16),
                                             _ptr(BF16), _ptr(BF16), 1e-6, h, in_proj, 0, False,
-                                            rows(tower.BLOCK_N), tower.BLOCK_K, num_warps=tower.NUM_WARPS),
+                                            rows(tower.BLOCK_N), tower.BLOCK_K, num_warps=tower.GEMV_WARPS),
         "norm_gemv swiglu (tower gate|up)": run(tower._norm_gemv_kernel, _ptr(BF16), _ptr(F32), _ptr(BF16),
                                                 _ptr(BF16), _ptr(BF16), _ptr(BF16), 1e-6, h, t.intermediate_size, 0,
-                                                True, rows(tower.BLOCK_N), tower.BLOCK_K, num_warps=tower.NUM_WARPS),
+                                                True, rows(tower.BLOCK_N), tower.BLOCK_K, num_warps=tower.GEMV_WARPS),
         "enter (tower)": run(tower._enter_kernel, _ptr(BF16), _ptr(BF16), _ptr(F32), _ptr(F32), _ptr(BF16),
                              _ptr(BF16), 1e-6, h, rows(tower.BLOCK_N), tower.BLOCK_K, num_warps=tower.NUM_WARPS),
         "residual_gemv (o_proj)": run(tower._residual_gemv_kernel, _ptr(BF16), _ptr(BF16), _ptr(BF16), _ptr(BF16),

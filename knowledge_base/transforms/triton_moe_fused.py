@@ -55,11 +55,11 @@ triton_moe_fused = Transform(
     knobs=KNOBS,
     templates=("triton_moe_fused", "fp8_triton"),
     apply=_apply,
-    # defaults and order: scripts/gpu_moe_bench.py on the H200 (session 10, docs/measurements/
-    # 2026-12-03_h200_s10_moe.json): gate|up 8/1024/2 warps 9.2 us vs 10.4 us for the earlier 4/1024/4, down
-    # 4/128/4 warps 7.5 us vs 8.4 us for 4/128/8, per layer at full size
-    space={"block_n": (8, 4, 16), "block_k": (1024, 2048, 512), "down_block_n": (4, 8, 16), "down_block_k": (128, 64),
-           "num_warps": (2, 4), "down_warps": (4, 8, 2)},
+    # defaults and order: scripts/gpu_moe_bench.py on the H200, per layer at full size (session 15, docs/
+    # measurements/2026-12-04_h200_s15_moe.json): gate|up 2/2048/1 warp 8.78 us vs 9.19 us for session 10's
+    # 8/1024/2 (one warp routes by shuffles, without block barriers), down 8/128/4 warps 6.39 us vs 6.56 us for 4/128/4
+    space={"block_n": (2, 8, 4, 16), "block_k": (2048, 1024, 512), "down_block_n": (8, 4, 16),
+           "down_block_k": (128, 64), "num_warps": (1, 2, 4), "down_warps": (4, 8, 2)},
     requires=("cuda_graph_frame", "triton_fp8_moe"),
     lesson="In the CUDA-graphed frame each MoE layer was ~12 kernels (GEMV, softmax, top-k, sums, two expert "
            "kernels, shared-expert GEMV and glue), each a few us of latency on bytes that take ~7 us in total at "

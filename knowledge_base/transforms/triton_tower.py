@@ -25,7 +25,8 @@ KNOBS = Knobs("triton_tower_params.py", "triton_tower", {
     "residual_warps": "warps of those GEMVs",
     "attn_rows": "KV rows per attention tile (a tl.dot operand: >= 16)",
     "split_rows": "span rows per attention program (at most MAX_SPLITS per kv head)",
-    "num_warps": "warps of the norm-prologue GEMVs and the attention kernel",
+    "gemv_warps": "warps of the norm-prologue GEMVs (q|k|v, gate|up, and the DeltaNet layers' qkvz|ba)",
+    "num_warps": "warps of eh_proj's GEMV (it holds all its tiles at once) and the attention kernel",
 })
 
 
@@ -68,10 +69,11 @@ triton_tower = Transform(
     templates=("triton_tower",),
     apply=_apply,
     # GEMV tiles fastest first at the frame's shapes on the H200 (scripts/gpu_gemv_bench.py, docs/benchmarks.md
-    # session 8): q|k|v, gate|up and in_proj want (8, 1024, 4 warps), o_proj and down (8, 1024, 8 warps)
+    # sessions 8 and 15): q|k|v, gate|up and in_proj want (8, 1024) rows and columns with 2 warps (1 or 2 warps
+    # reduce by warp shuffles, without block barriers), o_proj and down (8, 1024, 8 warps)
     space={"block_n": (8, 4, 16), "block_k": (1024, 512, 256), "residual_block_n": (8, 4, 16),
            "residual_block_k": (1024, 512), "residual_warps": (8, 4), "attn_rows": (32, 64, 16),
-           "split_rows": (64, 128, 32), "num_warps": (4, 8)},
+           "split_rows": (64, 128, 32), "gemv_warps": (2, 1, 4), "num_warps": (4, 8)},
     requires=("cuda_graph_frame",),
     lesson="On the H200 the 13-layer tower step, CUDA-graphed, took 1.30 ms with these kernels against 2.59 ms "
            "for the torch step (61 kernels per layer) and 1.48 ms inductor-compiled (27 per layer): 6 kernels per "

@@ -34,7 +34,7 @@ tl = triton.language
 assert os.environ.get("TRITON_INTERPRET") == "1", "run through test_triton_interpreter.py (TRITON_INTERPRET=1)"
 CFG = get_config("drama3-tiny")
 SMALL = {"block_n": 16, "block_k": 32, "residual_block_n": 16, "residual_block_k": 32, "residual_warps": 2,
-         "attn_rows": 16, "split_rows": 16, "num_warps": 2}
+         "attn_rows": 16, "split_rows": 16, "gemv_warps": 1, "num_warps": 2}
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,7 +234,7 @@ def test_params_module_holds_the_first_variant(packages):
     params = importlib.import_module(f"{fast.__name__}.triton_tower_params")
     assert {"block_n": params.BLOCK_N, "block_k": params.BLOCK_K, "residual_block_n": params.RESIDUAL_BLOCK_N,
             "residual_block_k": params.RESIDUAL_BLOCK_K, "residual_warps": params.RESIDUAL_WARPS,
-            "attn_rows": params.ATTN_ROWS, "split_rows": params.SPLIT_ROWS,
+            "attn_rows": params.ATTN_ROWS, "split_rows": params.SPLIT_ROWS, "gemv_warps": params.GEMV_WARPS,
             "num_warps": params.NUM_WARPS} == next(triton_tower.variants())
 
 

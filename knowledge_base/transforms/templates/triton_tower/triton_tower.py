@@ -25,8 +25,8 @@ from .attention import AttentionGeometry
 from .decode_ops import RopeTable
 from .decode_weights import AttnWeights, Projection, TowerLayerWeights
 from .static_state import StaticKVCache
-from .triton_tower_params import (ATTN_ROWS, BLOCK_K, BLOCK_N, NUM_WARPS, RESIDUAL_BLOCK_K, RESIDUAL_BLOCK_N,
-                                  RESIDUAL_WARPS, SPLIT_ROWS)
+from .triton_tower_params import (ATTN_ROWS, BLOCK_K, BLOCK_N, GEMV_WARPS, NUM_WARPS, RESIDUAL_BLOCK_K,
+                                  RESIDUAL_BLOCK_N, RESIDUAL_WARPS, SPLIT_ROWS)
 
 MAX_SPLITS = 32  # one program merges a kv head's splits: with more, that serial tail outgrows the split work
 
@@ -311,7 +311,7 @@ def norm_gemv(x: torch.Tensor, gain: torch.Tensor, proj: Projection, eps: float,
     out = torch.empty(rows, dtype=x.dtype, device=x.device)
     w0, w1, w2 = (mats * 2)[:3]  # with swiglu: gate, up and an unread third
     _norm_gemv_kernel[(rows // bn,)](x, gain, w0, w1, w2, out, eps, hidden, w0.shape[0], 0 if swiglu else w1.shape[0],
-                                     swiglu, bn, _block(hidden, BLOCK_K), num_warps=NUM_WARPS)
+                                     swiglu, bn, _block(hidden, BLOCK_K), num_warps=GEMV_WARPS)
     return out
 
 
