@@ -5,6 +5,7 @@ from .attention import gqa_sdpa, rope_tables
 from .base import NotApplicable, Params, Patch, Transform
 from .caches import static_caches
 from .cuda import compile_tower, cuda_graph_backbone
+from .codec_overlap import codec_overlap
 from .cuda_graph_codec import cuda_graph_codec
 from .cuda_graph_frame import cuda_graph_frame
 from .cuda_graph_prefill import cuda_graph_prefill
@@ -27,7 +28,7 @@ ALL: tuple[Transform, ...] = (fp8_dequant_at_build, moe_dispatch, rope_tables, g
                               cuda_graph_frame, cuda_graph_codec, triton_deltanet, triton_fp8_moe, triton_prefill_moe,
                               cuda_graph_prefill, graph_topk_sampling, inductor_decode_steps, triton_moe_fused,
                               triton_sampling, triton_tower, triton_backbone_attention,
-                              triton_backbone_deltanet, triton_moe_block)
+                              triton_backbone_deltanet, triton_moe_block, codec_overlap)
 TRANSFORMS: dict[str, Transform] = {t.name: t for t in ALL}
 
 __all__ = ["ALL", "TRANSFORMS", "NotApplicable", "Params", "Patch", "Transform"]

@@ -20,6 +20,7 @@ REFERENCE = "reference (drama3-tiny, cpu)"  # how lessons name the tiny referenc
 KEPT_S12 = ["triton_prefill_moe", "cuda_graph_frame", "triton_deltanet", "triton_fp8_moe", "cuda_graph_prefill",
             "inductor_decode_steps", "cuda_graph_codec", "triton_moe_fused", "triton_tower", "triton_sampling",
             "triton_backbone_attention", "graph_topk_sampling", "triton_backbone_deltanet", "triton_moe_block"]
+EVERY_PROVEN = [*KEPT_S12, "codec_overlap"]  # session 15's codec_overlap was proven after that engine was kept
 
 
 def context_for(files: dict[str, str], **fields) -> ProposalContext:
@@ -244,7 +245,7 @@ def test_on_the_h200_kept_engine_the_first_exploring_slot_leaps_over_the_proven_
     assert leap.title.startswith(offline.LEAP)
     assert set(leap.transforms) == {"inductor_decode_steps", "cuda_graph_codec", "triton_moe_fused", "triton_tower",
                                     "triton_sampling", "triton_backbone_attention", "graph_topk_sampling",
-                                    "triton_backbone_deltanet", "triton_moe_block"}
+                                    "triton_backbone_deltanet", "triton_moe_block", "codec_overlap"}
     assert TRANSFORMS["triton_moe_fused"].label(fused) not in leap.title  # slower on this very parent
     tower = leap.transforms.index("triton_tower")
     assert tower < leap.transforms.index("triton_backbone_attention") and \
@@ -265,7 +266,7 @@ def test_past_the_untried_transforms_worth_more_the_slots_retune_the_lineages_ke
     the transform itself."""
     lineage = ["triton_prefill_moe", "cuda_graph_frame", "triton_deltanet", "triton_fp8_moe", "cuda_graph_prefill",
                "inductor_decode_steps", "cuda_graph_codec", "triton_moe_fused", "triton_tower", "triton_sampling",
-               "triton_backbone_attention", "graph_topk_sampling", "triton_backbone_deltanet"]
+               "triton_backbone_attention", "graph_topk_sampling", "triton_backbone_deltanet", "codec_overlap"]
     files = transformed(reference_run.files, *((name, next(TRANSFORMS[name].variants())) for name in lineage))
     parent = "drama3-h200-lease-001.i001.s00"
 
@@ -286,10 +287,10 @@ def test_past_the_untried_transforms_worth_more_the_slots_retune_the_lineages_ke
 
 
 def test_retunes_go_to_the_transforms_whose_kernels_the_parents_profile_puts_first(reference_run):
-    """On the engine kept in session 12 (every proven GPU transform applied), the exploring slots retune: the
+    """On the engine kept in session 12 with every proven GPU transform applied, the exploring slots retune: the
     transform whose Triton kernels took most of the parent's profiled time first; a kernel name two transforms'
     files share (the decode and prefill MoE kernels) splits its time between them; without a profile, by prior."""
-    lineage = KEPT_S12
+    lineage = EVERY_PROVEN
     files = transformed(reference_run.files, *((name, next(TRANSFORMS[name].variants())) for name in lineage))
 
     def first_retune(kernels: dict[str, float]) -> list[str]:
@@ -325,7 +326,7 @@ def test_a_lineage_with_stale_kernels_is_renewed_first_and_the_leap_carries_the_
 
     leap = propose(0)
     assert leap.title.startswith(offline.LEAP + RENEW + "triton_tower(version=")
-    assert leap.transforms == ["triton_tower", "triton_backbone_deltanet", "triton_moe_block"]
+    assert leap.transforms == ["triton_tower", "triton_backbone_deltanet", "triton_moe_block", "codec_overlap"]
     assert apply_edits(files, leap.edits)["triton_tower.py"] == today
     alone = propose(1)
     assert alone.title.startswith(RENEW) and alone.transforms == ["triton_tower"]
@@ -335,14 +336,14 @@ def test_a_lineage_with_stale_kernels_is_renewed_first_and_the_leap_carries_the_
     older = failed.model_copy(update={"summary": failed.summary.replace("version=", "version=0")})
     assert propose(1, [older]).title == alone.title
     # no renewal to stack: the leap is the proven transforms the lineage lacks
-    assert propose(0, [failed]).transforms == ["triton_backbone_deltanet", "triton_moe_block"]
+    assert propose(0, [failed]).transforms == ["triton_backbone_deltanet", "triton_moe_block", "codec_overlap"]
 
 
 def test_a_leap_of_renewals_edits_a_file_they_share_once(reference_run):
     """triton_moe_fused and triton_prefill_moe both carry fp8_bits.py: when it changed, both renew it. The leap
     computes each renewal on the files the previous ones produced, so the file is replaced once (a second
     replacement's SEARCH would no longer match) and the engine ends with today's files."""
-    lineage = KEPT_S12
+    lineage = EVERY_PROVEN
     today = transformed(reference_run.files, *((name, next(TRANSFORMS[name].variants())) for name in lineage))
     files = dict(today)
     files["fp8_bits.py"] += "# an older version\n"
@@ -358,7 +359,7 @@ def test_a_leap_renews_a_transform_after_the_one_whose_file_it_imports(reference
     """triton_moe_block's kernel imports triton_tower's helpers, so with both stale its renewal waits for
     triton_tower's (renew.py); the leap renews in rounds and brings both, and the exploring slots offer only what
     applies to the parent alone."""
-    lineage = KEPT_S12
+    lineage = EVERY_PROVEN
     today = transformed(reference_run.files, *((name, next(TRANSFORMS[name].variants())) for name in lineage))
     files = dict(today)
     files["triton_tower.py"] = files["triton_tower.py"].replace("RESIDUAL_", "OLD_")

@@ -87,12 +87,14 @@ def _blocks(experts: torch.Tensor, num_experts: int, bm: int) -> tuple[torch.Ten
     num_blocks = -(-pairs // bm) + min(num_experts, pairs)
     # a stable radix sort makes a pass per key byte: the ids sort as their narrowest type, not as int64
     order = torch.argsort(flat.to(torch.uint8 if num_experts <= 256 else torch.int32), stable=True)
-    # exact counts by compare-and-sum: no scatter
-    counts = (flat[:, None] == torch.arange(num_experts, device=flat.device)[None, :]).sum(0)
+    sorted_experts = flat[order]
+    # each expert's first sorted pair by binary search (one small kernel; a compare-and-sum over (pairs, E) took
+    # 12 us per layer on the H200): the counts follow, exact, with no scatter
+    bounds = torch.searchsorted(sorted_experts, torch.arange(num_experts + 1, device=flat.device))
+    first = bounds[:-1]
+    counts = bounds[1:] - first
     padded = (counts + bm - 1) // bm * bm
     first_padded = torch.cumsum(padded, 0) - padded
-    first = torch.cumsum(counts, 0) - counts
-    sorted_experts = flat[order]
     dest = first_padded[sorted_experts] + torch.arange(pairs, device=flat.device) - first[sorted_experts]
     slot_pairs = torch.full((num_blocks * bm,), -1, dtype=torch.long, device=flat.device)
     slot_pairs[dest] = order
