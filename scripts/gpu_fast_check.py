@@ -98,8 +98,9 @@ RECIPES: dict[str, tuple[tuple[str, dict], ...]] = {
 RECIPES["fast_tower_compiled"] = RECIPES["fast_sampling_compiled"] + (("triton_tower", {}),)
 RECIPES["fast_attention_compiled"] = RECIPES["fast_tower_compiled"] + (("triton_backbone_attention", {}),)
 RECIPES["fast_deltanet_compiled"] = RECIPES["fast_attention_compiled"] + (("triton_backbone_deltanet", {}),)
-# every transform proven on the H200: the lineage the swarm kept in session 12, default tiles
-RECIPES["proven"] = RECIPES["fast_deltanet_compiled"] + (("triton_moe_block", {}),)
+# the lineage the swarm kept in session 12, default tiles; then every transform proven on the H200
+RECIPES["kept_s12"] = RECIPES["fast_deltanet_compiled"] + (("triton_moe_block", {}),)
+RECIPES["proven"] = RECIPES["kept_s12"] + (("codec_overlap", {}),)
 FORCED_PROMPTS, FORCED_FRAMES = ("sentences", "voice"), 16
 
 
