@@ -1,6 +1,7 @@
 """codec_overlap: a stream's codec windows after the first decoded on a side CUDA stream beside the next frames'
 graphs, each handed over at the next sync point, instead of the host waiting for each window before it queues
-more frames. The helper lives in templates/codec_overlap/.
+more frames; the frame graphs replay on a stream of higher priority, so the codec's kernels take only what the
+frame leaves idle. The helper lives in templates/codec_overlap/.
 """
 from __future__ import annotations
 
@@ -39,12 +40,20 @@ _OVERLAPPED = '''\
 
     def _queue(self, frames: list[torch.Tensor], start: int, end: int, overlap: int | None) -> Window:
         """The chunk's codec window queued on the side stream (the same window as _chunk decodes)."""
-        if self._beside is None:
-            self._beside = CodecBeside(self.codec_stage.codec)
         first = 0 if overlap is None else max(0, start - overlap)
         return self._beside.start(torch.stack(frames[first:end]), start - first, start, end)
 '''
 _FIELD = "        self._forcing = False\n"
+_REPLAY = "            self._graph(kind, span, self._sampling).replay()\n"
+_URGENT = '''\
+            # on a stream of higher priority than the codec's: as the codec's blocks retire, the frame's kernels
+            # get the freed SMs first, so the codec fills what the latency-bound frame leaves idle
+            graph, urgent, current = self._graph(kind, span, self._sampling), self._urgent, torch.cuda.current_stream()
+            urgent.wait_stream(current)
+            with torch.cuda.stream(urgent):
+                graph.replay()
+            current.wait_stream(urgent)
+'''
 
 
 def _apply(files: Files, params: Params) -> list[Patch]:
@@ -52,7 +61,12 @@ def _apply(files: Files, params: Params) -> list[Patch]:
         *template_files(files, "codec_overlap"),
         replace_once(files, ENGINE, "from .codec import Codec\n",
                      "from .codec import Codec\nfrom .codec_beside import CodecBeside, Window\n"),
-        replace_once(files, ENGINE, _FIELD, _FIELD + "        self._beside: CodecBeside | None = None  # made on first use\n"),
+        replace_once(files, ENGINE, _FIELD, _FIELD + """\
+        self._beside = CodecBeside(codec)
+        # torch's high priority: lower numbers come first
+        self._urgent = torch.cuda.Stream(device, priority=-1) if self._pool is not None else None
+"""),
+        replace_once(files, ENGINE, _REPLAY, _URGENT),
         replace_once(files, ENGINE, _STREAM, _OVERLAPPED),
     ]
 

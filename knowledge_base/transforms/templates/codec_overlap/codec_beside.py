@@ -34,6 +34,7 @@ class CodecBeside:
     def __init__(self, codec: Codec) -> None:
         self.codec = codec
         self.device = next(codec.parameters()).device
+        # the default (lowest) priority: the engine's frame graphs run on a stream of higher priority
         self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         c = codec.config
         # made once: a host-to-device copy inside `start` would wait for the frames the side stream waits for
