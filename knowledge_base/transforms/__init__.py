@@ -10,6 +10,7 @@ from .cuda_graph_codec import cuda_graph_codec
 from .cuda_graph_frame import cuda_graph_frame
 from .cuda_graph_prefill import cuda_graph_prefill
 from .deltanet import deltanet_conv_unfold
+from .inductor_codec import inductor_codec
 from .inductor_steps import inductor_decode_steps
 from .moe import fp8_dequant_at_build, moe_dispatch
 from .sampling import graph_topk_sampling, topk_first_sampling
@@ -28,7 +29,8 @@ ALL: tuple[Transform, ...] = (fp8_dequant_at_build, moe_dispatch, rope_tables, g
                               cuda_graph_frame, cuda_graph_codec, triton_deltanet, triton_fp8_moe, triton_prefill_moe,
                               cuda_graph_prefill, graph_topk_sampling, inductor_decode_steps, triton_moe_fused,
                               triton_sampling, triton_tower, triton_backbone_attention,
-                              triton_backbone_deltanet, triton_moe_block, codec_overlap)
+                              triton_backbone_deltanet, triton_moe_block, codec_overlap,
+                              inductor_codec)
 TRANSFORMS: dict[str, Transform] = {t.name: t for t in ALL}
 
 __all__ = ["ALL", "TRANSFORMS", "NotApplicable", "Params", "Patch", "Transform"]
