@@ -21,6 +21,7 @@ from targets.schema import Target
 
 from . import static_scan
 from .benchmark import AUDITED_TRIALS, Benchmark, Trial, audit, bench_result, paired_ratios, spread
+from .compile_cache import CompileCache
 from .correctness import AudioLevel, Cascade
 from .inputs import held_out_requests, trial_request
 from .profiling import PROFILE_FRAMES, PROFILE_S, profile_engine
@@ -32,18 +33,21 @@ from .version import judge_version
 
 def evaluate(candidate_dir: Path, target: Target, *, baseline_dir: Path, work_dir: Path,
              secret_seed: int | None = None, calibration: NoiseCalibration | None = None,
-             gpu_index: int | None = None, correctness_only: bool = False) -> Verdict:
+             gpu_index: int | None = None, correctness_only: bool = False,
+             compile_cache: Path | None = None) -> Verdict:
     """The cascade on `candidate_dir`: static scan, build, correctness against the reference, then the benchmark
     against `baseline_dir`; with `correctness_only`, no benchmark (Status.CORRECT when it passes): re-verifying an
-    engine that was timed already then costs no timing of a slow baseline."""
+    engine that was timed already then costs no timing of a slow baseline. With `compile_cache` (a folder kept
+    between evaluations), the engines start from the baseline's compile caches (compile_cache.py)."""
     return _Evaluation(Path(candidate_dir), target, Path(baseline_dir), Path(work_dir), secret_seed, calibration,
-                       gpu_index, correctness_only).run()
+                       gpu_index, correctness_only, compile_cache).run()
 
 
 def calibrate_noise(baseline_dir: Path, target: Target, *, work_dir: Path, gpu_index: int | None = None,
-                    secret_seed: int | None = None) -> NoiseCalibration:
+                    secret_seed: int | None = None, compile_cache: Path | None = None) -> NoiseCalibration:
     rng = random.Random(secrets.randbits(63) if secret_seed is None else secret_seed)
-    pool = Pool(target, _fresh_dir(Path(work_dir), "calibrate"), gpu_index)
+    pool = Pool(target, _fresh_dir(Path(work_dir), "calibrate"), gpu_index, _seed(compile_cache, Path(baseline_dir)))
+    a = None
     try:
         deadline = Deadline.after(target.timeouts.build_s, "build")
         a, b = pool.start("baseline_a", Path(baseline_dir)), pool.start("baseline_b", Path(baseline_dir))
@@ -53,7 +57,7 @@ def calibrate_noise(baseline_dir: Path, target: Target, *, work_dir: Path, gpu_i
         level = _trusted(_level, pool, a, target, rng, deadline)
         trials = _trusted(Benchmark(pool, a, b, target, rng, level).run, deadline)
     finally:
-        pool.close()
+        pool.close(trusted=a if a is not None and a.alive() else None)
     ratios = paired_ratios(trials)
     c = compare(ratios, 1.0, spread(trials), target.benchmark.confidence, rng.getrandbits(32),
                 min_speedup=target.benchmark.min_speedup, calibration=None)
@@ -74,12 +78,12 @@ def with_calibration(verdict: Verdict, calibration: NoiseCalibration, target: Ta
 class _Evaluation:
     def __init__(self, candidate_dir: Path, target: Target, baseline_dir: Path, work_dir: Path,
                  secret_seed: int | None, calibration: NoiseCalibration | None, gpu_index: int | None,
-                 correctness_only: bool):
+                 correctness_only: bool, compile_cache: Path | None):
         self.candidate_dir, self.target, self.baseline_dir = candidate_dir, target, baseline_dir
         self.correctness_only = correctness_only
         self.rng = random.Random(secrets.randbits(63) if secret_seed is None else secret_seed)
         self.calibration = calibration
-        self.pool = Pool(target, _fresh_dir(work_dir, "eval"), gpu_index)
+        self.pool = Pool(target, _fresh_dir(work_dir, "eval"), gpu_index, _seed(compile_cache, baseline_dir))
         self.evidence: list[Evidence] = []
         self.stages: dict[str, float] = {}
         self.ready: Ready | None = None
@@ -101,7 +105,11 @@ class _Evaluation:
             candidate = next((w for w in self.pool.workers if w.role == "candidate"), None)
             log_tail = candidate.log_tail() if candidate else ""
             self.evidence += [Evidence(check="sandbox", message=n) for n in (candidate.notes if candidate else [])]
-            self.pool.close()
+            if candidate is not None and candidate.seeded:
+                self.evidence.append(Evidence(check="sandbox", message=(
+                    "the engines started from the compile caches an earlier evaluation's baseline left")))
+            baseline = self._baseline_worker
+            self.pool.close(trusted=baseline if baseline is not None and baseline.alive() else None)
         return Verdict(status=status, candidate=str(self.candidate_dir), baseline=str(self.baseline_dir),
                        summary=summary, evidence=self.evidence, stage_seconds=self.stages, log_tail=log_tail,
                        hardware=self.ready.hardware if self.ready else "",
@@ -217,6 +225,13 @@ def _level(pool: Pool, worker: Worker, target: Target, rng: random.Random, deadl
     request = held_out_requests(config, rng, 1, target.benchmark.frames)[0]
     audio = pool.use(worker).call("generate", deadline, "generation", request=request)["audio"]
     return AudioLevel.of(audio, config.codec.frame_samples)
+
+
+def _seed(compile_cache: Path | None, baseline_dir: Path) -> tuple[CompileCache, Path] | None:
+    if compile_cache is None:
+        return None
+    cache = CompileCache(compile_cache)
+    return cache, cache.seed(baseline_dir)
 
 
 def _fresh_dir(work_dir: Path, kind: str) -> Path:

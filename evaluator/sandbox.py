@@ -30,6 +30,7 @@ from .channel import (
     WorkerInit,
     cuda_failure,
 )
+from .compile_cache import CompileCache
 from .confine import Confinement
 from .devices import worker_devices
 from .verdict import Status
@@ -110,7 +111,7 @@ class Worker:
     """One live worker. `call`/`stream` raise WorkerFailure (after killing it) on anything but a proper reply."""
 
     def __init__(self, role: str, target: Target, package_dir: Path | None, work_dir: Path,
-                 gpu_index: int | None = None):
+                 gpu_index: int | None = None, seed: tuple[CompileCache, Path] | None = None):
         self.role = role
         devices = worker_devices(target.hardware, gpu_index, os.environ.get("CUDA_VISIBLE_DEVICES"))
         self.uid = _fresh_uid()
@@ -118,11 +119,12 @@ class Worker:
         home = work_dir / role
         home.mkdir(parents=True)
         home.chmod(0o711)
-        tmp = home / "tmp"
+        self.tmp = tmp = home / "tmp"
         (tmp / "pkgs").mkdir(parents=True)  # mount point of the read-only package (confine.py)
         if self.uid is not None:
             os.chown(tmp, self.uid, self.uid)
             tmp.chmod(0o700)
+        self.seeded = seed is not None and seed[0].plant(seed[1], tmp, self.uid)
         package_root = None
         if package_dir is not None:
             package_root = home / "pkgs"
@@ -199,6 +201,9 @@ class Worker:
     def terminate(self) -> None:
         """Kill its processes from any thread; the owning thread then sees the exit and closes the channel."""
         procs.kill_all(self.proc.pid, self.uid)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
 
     def kill(self) -> None:
         self.terminate()
@@ -293,14 +298,17 @@ def _exit_failure(role: str, code: int | None, tail: str) -> WorkerFailure:
 
 class Pool:
     """The workers of one evaluation. `use(w)` thaws `w` and freezes the others, so only the engine being asked
-    runs (an idle engine's background threads cannot slow the one being timed); `close()` kills them all."""
+    runs (an idle engine's background threads cannot slow the one being timed); `close()` kills them all.
+    With a compile cache, every engine worker starts from the baseline's seed (compile_cache.py)."""
 
-    def __init__(self, target: Target, work_dir: Path, gpu_index: int | None):
-        self.target, self.work_dir, self.gpu_index = target, work_dir, gpu_index
+    def __init__(self, target: Target, work_dir: Path, gpu_index: int | None,
+                 seed: tuple[CompileCache, Path] | None = None):
+        self.target, self.work_dir, self.gpu_index, self.seed = target, work_dir, gpu_index, seed
         self.workers: list[Worker] = []
 
     def start(self, role: str, package_dir: Path | None) -> Worker:
-        worker = Worker(role, self.target, package_dir, self.work_dir, self.gpu_index)
+        worker = Worker(role, self.target, package_dir, self.work_dir, self.gpu_index,
+                        None if package_dir is None else self.seed)  # the oracle runs eagerly: nothing to reuse
         self.workers.append(worker)
         return worker
 
@@ -311,9 +319,13 @@ class Pool:
         worker.thaw()
         return worker
 
-    def close(self) -> None:
-        """Kill every worker and wipe its tmp dir and package copy (the logs stay)."""
+    def close(self, trusted: Worker | None = None) -> None:
+        """Kill every worker and wipe its tmp dir and package copy (the logs stay); first, with a compile cache, a
+        `trusted` worker (a baseline that served the whole evaluation) leaves its caches as the seed."""
         for worker in self.workers:
             worker.kill()
+        if self.seed is not None and trusted is not None:
+            self.seed[0].harvest(trusted.tmp, self.seed[1])
+        for worker in self.workers:
             for scratch in ("tmp", "pkgs"):
                 shutil.rmtree(worker.log_path.parent / scratch, ignore_errors=True)

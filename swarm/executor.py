@@ -11,11 +11,14 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
 from evaluator.verdict import Verdict
 from targets import Target
+
+from .paths import compile_cache_path
 
 EvaluateFn = Callable[..., Verdict]  # evaluator.evaluate(candidate_dir, target, *, baseline_dir, work_dir, ...)
 CalibrateFn = Callable[..., Any]  # evaluator.calibrate_noise(baseline_dir, target, *, work_dir, gpu_index, secret_seed)
@@ -114,11 +117,15 @@ class LocalExecutor:
 
 
 def make_executor(target: Target) -> Executor:
-    """The executor the target asks for, running the real evaluator."""
+    """The executor the target asks for, running the real evaluator; locally, evaluations against one baseline
+    share its compile caches through $SWARM_HOME/compile_cache (evaluator/compile_cache.py). Ray nodes compile
+    afresh: their tmp dirs are the nodes'."""
     from evaluator import calibrate_noise, evaluate
 
     if target.executor == "ray":
         from .ray_executor import RayExecutor
 
         return RayExecutor(target, evaluate=evaluate, calibrate=calibrate_noise)
-    return LocalExecutor(target, evaluate=evaluate, calibrate=calibrate_noise)
+    cache = compile_cache_path()
+    return LocalExecutor(target, evaluate=partial(evaluate, compile_cache=cache),
+                         calibrate=partial(calibrate_noise, compile_cache=cache))

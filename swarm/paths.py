@@ -1,4 +1,5 @@
-"""Where a swarm keeps its state: $SWARM_HOME (default ~/.swarm) holds kb.sqlite, engines/, runs/, nightly/."""
+"""Where a swarm keeps its state: $SWARM_HOME (default ~/.swarm) holds kb.sqlite, engines/, runs/, nightly/ and
+compile_cache/."""
 from __future__ import annotations
 
 import importlib.util
@@ -28,6 +29,11 @@ def run_dir(run_id: str) -> Path:
 
 def nightly_dir() -> Path:
     return swarm_home() / "nightly"
+
+
+def compile_cache_path() -> Path:
+    """The baselines' compile caches that later evaluations start from (evaluator/compile_cache.py)."""
+    return swarm_home() / "compile_cache"
 
 
 def reference_engine_dir(target: Target) -> Path:
