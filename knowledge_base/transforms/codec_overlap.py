@@ -73,9 +73,9 @@ def _apply(files: Files, params: Params) -> list[Patch]:
 
 codec_overlap = Transform(
     name="codec_overlap",
-    # an estimate from the H200 stage timings (session 15): a 64-frame stream at ~255 ms waits for codec windows
-    # of 10, 20 and 32 frames (3.9, ~4.5 and ~5 ms) between its frames; hidden beside the next frames, ~1.05x
-    impact={"cuda": 1.05},
+    # measured on the H200 (session 15, docs/benchmarks.md): 64-frame streams 1.003-1.014x at full size, 1.034x
+    # on drama3-mid, whose lighter frames leave the codec more of the GPU
+    impact={"cuda": 1.01},
     summary="decode each streamed codec window after the first on a side CUDA stream while the next frames' "
             "graphs run, handing its audio over at the next sync point, so the host never waits for the codec "
             "before queuing frames",
@@ -87,5 +87,8 @@ codec_overlap = Transform(
     lesson="CodecStage.decode reads the device twice (its range check and the waveform copy), so the host waits "
            "for each window before queuing more frames, and the window's decode adds to the stream's time. The "
            "first window is time to first audio and stays synchronous; the last has nothing after it to hide "
-           "behind. The audio is the same codec's on the same codes; chunks arrive one sync point later.",
+           "behind. The audio is the same codec's on the same codes; chunks arrive one sync point later. On the "
+           "H200 the frame graphs needed a higher-priority stream: without one the codec's kernels took the SMs "
+           "first and nothing was hidden (1.003x on drama3-mid, 1.034x with it); at full size the frame's "
+           "kernels leave the codec little room (1.003-1.014x).",
 )
