@@ -43,10 +43,11 @@ class EvalResult:
 
 
 class Executor(Protocol):
-    def evaluate_all(self, jobs: Sequence[EvalJob], proceed: Callable[[], bool] = lambda: True
-                     ) -> Iterator[EvalResult]:
+    def evaluate_all(self, jobs: Sequence[EvalJob], proceed: Callable[[], bool] = lambda: True,
+                     started: Callable[[EvalJob], None] = lambda job: None) -> Iterator[EvalResult]:
         """Evaluate the jobs, yielding results in completion order; a job not yet started when `proceed()`
-        turns false is dropped (the budget ran out)."""
+        turns false is dropped (the budget ran out). `started(job)` is called as a job begins (from a worker
+        thread)."""
 
     def calibrate(self, baseline_dir: Path, work_dir: Path, secret_seed: int) -> Any:
         """A/A noise calibration of the baseline on one device slot."""
@@ -83,10 +84,12 @@ class LocalExecutor:
         finally:
             self._free.put(gpu)
 
-    def _run(self, job: EvalJob, proceed: Callable[[], bool]) -> EvalResult | None:
+    def _run(self, job: EvalJob, proceed: Callable[[], bool],
+             started: Callable[[EvalJob], None]) -> EvalResult | None:
         def run_on(gpu: int | None) -> Verdict | None:
             if not proceed():
                 return None
+            started(job)  # on its device slot: a job queued behind another has not begun
             return self._evaluate(job.candidate_dir, self.target, baseline_dir=job.baseline_dir,
                                   work_dir=job.work_dir, secret_seed=job.secret_seed, calibration=job.calibration,
                                   gpu_index=gpu, correctness_only=job.correctness_only)
@@ -94,9 +97,10 @@ class LocalExecutor:
         verdict, seconds = self._on_slot(run_on)
         return None if verdict is None else EvalResult(job=job, verdict=verdict, seconds=seconds)
 
-    def evaluate_all(self, jobs: Sequence[EvalJob], proceed: Callable[[], bool] = lambda: True
-                     ) -> Iterator[EvalResult]:
-        pending: set[Future[EvalResult | None]] = {self._pool.submit(self._run, job, proceed) for job in jobs}
+    def evaluate_all(self, jobs: Sequence[EvalJob], proceed: Callable[[], bool] = lambda: True,
+                     started: Callable[[EvalJob], None] = lambda job: None) -> Iterator[EvalResult]:
+        pending: set[Future[EvalResult | None]] = {self._pool.submit(self._run, job, proceed, started)
+                                                   for job in jobs}
         try:
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)

@@ -296,13 +296,15 @@ class Swarm:
                                 baseline_dir=baseline_dir, work_dir=work, secret_seed=secret_seed(view.run, c.id),
                                 calibration=stored))
             self.kb.mark_evaluating(c.id)
-            self.events.emit(ev.EvaluationStarted(run_id=run_id, candidate_id=c.id))
         by_id = {c.id: c for c in pending}
         def proceed() -> bool:
             spend = RunView.load(self.kb, run_id).spend(self._session_s())
             return not exhausted(self.target.budget, spend, mid_iteration=True)
 
-        for result in self.executor.evaluate_all(jobs, proceed):
+        def started(job: EvalJob) -> None:
+            self.events.emit(ev.EvaluationStarted(run_id=run_id, candidate_id=job.candidate_id))
+
+        for result in self.executor.evaluate_all(jobs, proceed, started):
             self._retain(view, parent, by_id[result.job.candidate_id], self._calibrated(run_id, result))
         self.repo.set_run_branch(run_id, RunView.load(self.kb, run_id).best().commit)
 

@@ -69,10 +69,11 @@ class RayExecutor:
         self._eval_remote = ray.remote(num_gpus=gpus, max_retries=0)(_evaluate_task)
         self._calibrate_remote = ray.remote(num_gpus=gpus, max_retries=0)(_calibrate_task)
 
-    def evaluate_all(self, jobs: Sequence[EvalJob], proceed: Callable[[], bool] = lambda: True
-                     ) -> Iterator[EvalResult]:
+    def evaluate_all(self, jobs: Sequence[EvalJob], proceed: Callable[[], bool] = lambda: True,
+                     started: Callable[[EvalJob], None] = lambda job: None) -> Iterator[EvalResult]:
         refs = {}
         for job in jobs:
+            started(job)  # submitted: Ray schedules the tasks onto its slots itself
             ref = self._eval_remote.remote(self._evaluate, self._task_target, engine_files(job.candidate_dir),
                                            engine_files(job.baseline_dir), job.secret_seed, job.calibration,
                                            job.correctness_only)
