@@ -4,11 +4,13 @@
 
 (`--config drama3-tiny --device cpu --frames 8` is a quick dry run of the script itself; graph stages need CUDA.)
 
-One weight dict serves the reference engine and each transformed engine (built one at a time). Per engine:
-teacher-forced logits vs the reference on 2 prompts x 16 frames (the evaluator's check_logits, H200 target
-tolerances), decode ms/frame (CUDA events and synchronised wall clock), and for each of the seed's three prompts
-the prefill time and streaming TTFA (1-frame first chunk), frames/s and RTF over --frames frames; peak memory,
-and a per-stage breakdown from separately captured stage graphs. A failing engine is reported and the next one
+One weight dict serves the reference engine and each transformed engine. Per engine: teacher-forced logits vs
+the reference on 2 prompts x 16 frames (the evaluator's check_logits, H200 target tolerances), decode ms/frame
+(CUDA events and synchronised wall clock), peak memory, and a per-stage breakdown from separately captured stage
+graphs; then, with every transformed engine built and alive, for each of the seed's three prompts the prefill
+time and streaming TTFA (1-frame first chunk), frames/s and RTF over --frames frames, the engines' trials
+interleaved in a rotating order. (Timed one engine after another, the second engine's prefills ran 2-3 ms slower
+with identical prefill kernels: the order biased TTFA, session 15.) A failing engine is reported and the next one
 runs; the JSON is rewritten after every engine.
 """
 from __future__ import annotations
@@ -115,7 +117,7 @@ class Correctness:
 
 @dataclass
 class PromptTiming:
-    prefill_ms: float  # median of 3 prefill calls, wall clock after synchronize
+    prefill_ms: float  # median of one prefill call before each streamed trial, wall clock after synchronize
     ttfa_ms: float  # medians over the streamed trials
     frames_per_s: float
     rtf: float
@@ -225,7 +227,7 @@ def check(engine, oracle: dict, config, tol) -> list[Correctness]:
     return out
 
 
-def time_engine(report: Report, engine, config, frames: int, trials: int) -> None:
+def time_decode(report: Report, engine, config, frames: int) -> None:
     requests = bench_requests(config, frames)
     rows = build_rows(config, requests["hello"], engine.tokenizer).to(engine.device)
     engine.prefill(rows, SamplingParams(), 0)
@@ -245,15 +247,41 @@ def time_engine(report: Report, engine, config, frames: int, trials: int) -> Non
             report.decode_sync_free = False
         finally:
             torch.cuda.set_sync_debug_mode("default")
+
+
+def time_streams(engines: list[tuple[Report, object]], config, frames: int, trials: int) -> None:
+    """Each prompt's prefill and streamed trials on every engine, interleaved: trial t runs the engines in an order
+    rotated by t, so no engine always goes first. An engine whose stream fails gets the error and leaves."""
     schedule = StreamSchedule(first_chunk_frames=1)
-    for name, request in requests.items():
-        prompt_rows = build_rows(config, request, engine.tokenizer).to(engine.device)
-        prefill_ms = wall_ms(lambda r=prompt_rows: engine.prefill(r, SamplingParams(), 0), 3)
-        measure_trial(engine, request, schedule)  # warm-up trial
-        results = [measure_trial(engine, request, schedule) for _ in range(trials)]
-        report.prompts[name] = PromptTiming(prefill_ms, statistics.median(r.ttfa_ms for r in results),
-                                            statistics.median(r.frames_per_s for r in results),
-                                            statistics.median(r.rtf for r in results))
+    timed = list(engines)
+    for name, request in bench_requests(config, frames).items():
+        prefills: dict[str, list[float]] = {r.engine: [] for r, _ in timed}
+        results: dict[str, list] = {r.engine: [] for r, _ in timed}
+
+        def trial(report: Report, engine, warm_up: bool) -> None:
+            try:
+                if not warm_up:
+                    rows = build_rows(config, request, engine.tokenizer).to(engine.device)
+                    prefills[report.engine].append(wall_ms(lambda: engine.prefill(rows, SamplingParams(), 0), 1))
+                result = measure_trial(engine, request, schedule)
+                if not warm_up:
+                    results[report.engine].append(result)
+            except Exception as e:  # noqa: BLE001 - one engine's failure must not stop the others
+                report.error = f"stream {name}: {type(e).__name__}: {e}"
+                traceback.print_exc(limit=8)
+                timed.remove((report, engine))
+
+        for report, engine in list(timed):
+            trial(report, engine, warm_up=True)
+        for t in range(trials):
+            for report, engine in timed[t % max(len(timed), 1):] + timed[:t % max(len(timed), 1)]:
+                trial(report, engine, warm_up=False)
+        for report, _ in timed:
+            got = results[report.engine]
+            report.prompts[name] = PromptTiming(statistics.median(prefills[report.engine]),
+                                                statistics.median(r.ttfa_ms for r in got),
+                                                statistics.median(r.frames_per_s for r in got),
+                                                statistics.median(r.rtf for r in got))
 
 
 def codec_stages(report: Report, engine, config) -> None:
@@ -322,16 +350,15 @@ def kernel_profile(report: Report, engine, config, frames: int = 4) -> None:
         report.kernels = profiled(lambda: engine.program.run("frame", span, sampling), frames)
 
 
-def peak_gib() -> float | None:
-    return torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None
-
-
 def run_engine(name: str, described: list[str], files: dict[str, str], root: Path, weights, oracle, config, tol,
-               args) -> Report:
+               args) -> tuple[Report, object | None]:
+    """Build, check and time the decode of one engine; the engine comes back alive (None if it failed) for the
+    interleaved stream trials."""
     report = Report(name, described)
     engine = None
     try:
         pkg = import_package(files, root, f"fast_check_{name}")
+        before = torch.cuda.memory_allocated() if torch.cuda.is_available() else 0
         if torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()
         t0 = time.perf_counter()
@@ -339,21 +366,29 @@ def run_engine(name: str, described: list[str], files: dict[str, str], root: Pat
         sync()
         report.build_s = time.perf_counter() - t0
         report.correctness = check(engine, oracle, config, tol)
-        time_engine(report, engine, config, args.frames, args.trials)
+        time_decode(report, engine, config, args.frames)
         codec_stages(report, engine, config)
         if hasattr(engine, "program") and engine.device.type == "cuda":
             graph_stages(report, pkg, engine, config)
             kernel_profile(report, engine, config)
-        report.peak_gib = peak_gib()
+        if torch.cuda.is_available():  # the shared weights plus this engine's own peak, not the engines alive before
+            report.peak_gib = (torch.cuda.max_memory_allocated() - before + weight_bytes(weights)) / 2**30
     except Exception as e:  # noqa: BLE001 - one engine's failure must not stop the others
         report.error = f"{type(e).__name__}: {e}"
         traceback.print_exc(limit=8)
-    finally:
-        del engine
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-    return report
+        engine = None
+        release()
+    return report, engine
+
+
+def weight_bytes(weights) -> int:
+    return sum(t.numel() * t.element_size() for t in weights.values())
+
+
+def release() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def fmt(value: float | None, spec: str) -> str:
@@ -413,7 +448,7 @@ def main() -> None:
     sync()
     header = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
               "torch": torch.__version__, "config": config.name,
-              "weights_gib": sum(t.numel() * t.element_size() for t in weights.values()) / 2**30,
+              "weights_gib": weight_bytes(weights) / 2**30,
               "weights_s": time.perf_counter() - started}
     print(header, flush=True)
     ref = build_engine(config, weights, device)
@@ -424,25 +459,36 @@ def main() -> None:
         frames = ref.generate(requests[prompt]).frames
         oracle[prompt] = (requests[prompt], rows, frames, teacher_forced(ref, rows, frames))
     reports = [Report("reference", [])]
-    time_engine(reports[0], ref, config, args.reference_frames, 1)
+    time_decode(reports[0], ref, config, args.reference_frames)
+    time_streams([(reports[0], ref)], config, args.reference_frames, 1)
     codec_stages(reports[0], ref, config)
-    reports[0].peak_gib = peak_gib()
+    if torch.cuda.is_available():
+        reports[0].peak_gib = torch.cuda.max_memory_allocated() / 2**30
     del ref
-    gc.collect()
+    release()
     root = package_root("fast_check_")
     engines = [(name, [f"{t}({', '.join(f'{k}={v}' for k, v in o.items())})" for t, o in RECIPES[name]],
                 lambda name=name: recipe_files(RECIPES[name])) for name in names]
     if args.kept:
         title, kept_files = kept_engine(args.kept, config.name)
         engines.insert(0, ("kept", [title], lambda: kept_files))
+    alive: list[tuple[Report, object]] = []
     for i, (name, described, files) in enumerate(engines):
         if i and time.perf_counter() - started > args.budget_s:
             reports.append(Report(name, described, error=f"skipped: past the {args.budget_s:.0f} s budget"))
             continue
         print(f"--- {name} ({time.perf_counter() - started:.0f} s)", flush=True)
-        reports.append(run_engine(name, described, files(), root, weights, oracle, config, tol, args))
+        report, engine = run_engine(name, described, files(), root, weights, oracle, config, tol, args)
+        reports.append(report)
+        if engine is not None:
+            alive.append((report, engine))
         Path(args.out).write_text(json.dumps(header | {"reports": [asdict(r) for r in reports]}, indent=1))
         print_table(reports[-1:])
+    print(f"--- streams of {', '.join(r.engine for r, _ in alive)}, interleaved "
+          f"({time.perf_counter() - started:.0f} s)", flush=True)
+    time_streams(alive, config, args.frames, args.trials)
+    alive.clear()
+    release()
     print_table(reports)
     Path(args.out).write_text(json.dumps(header | {"reports": [asdict(r) for r in reports],
                                                    "total_s": time.perf_counter() - started}, indent=1))
