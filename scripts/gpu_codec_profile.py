@@ -1,5 +1,6 @@
 """Where a streamed codec window's time goes on the GPU: the full-size codec (random weights) replayed from the
-CUDA graphs cuda_graph_codec captures, per window length, with its kernels by device time:
+CUDA graphs cuda_graph_codec captures, per window length, and the kernels of its ops by device time (profiled
+launched one by one, as a replayed graph's kernels are not all attributed):
 
     python3 scripts/gpu_codec_profile.py --out codec.json [--lengths 1,10,64] [--replays 20]
 
@@ -36,7 +37,9 @@ class WindowProfile:
     top: list[tuple[str, float, float]]  # (kernel, device ms per replay, launches per replay)
 
 
-def profile_window(codec, codes: torch.Tensor, replays: int, cuda: bool) -> WindowProfile:
+def profile_window(codec, eager, codes: torch.Tensor, replays: int, cuda: bool) -> WindowProfile:
+    """Wall time of the codec as the engine runs it (a graph replay on CUDA); kernels of `eager`, the same ops
+    launched one by one (a replayed graph's kernels are not all attributed by the profiler)."""
     from torch.profiler import ProfilerActivity, profile
 
     for _ in range(3):  # the first call captures the length's graph
@@ -48,9 +51,10 @@ def profile_window(codec, codes: torch.Tensor, replays: int, cuda: bool) -> Wind
         codec(codes)
     sync()
     wall = (time.perf_counter() - started) * 1e3 / replays
+    eager(codes)
     with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
         for _ in range(replays):
-            codec(codes)
+            eager(codes)
         sync()
     events = [e for e in prof.key_averages() if not e.is_user_annotation]
     self_us = (lambda e: e.self_device_time_total) if cuda else (lambda e: e.self_cpu_time_total)
@@ -76,6 +80,7 @@ def main() -> None:
     weights = init_codec_weights(config.codec, 0, device, dtype)
     pkg = recipe_module((("cuda_graph_codec", {}),), "codec_graph", "codec_profile")
     codec = pkg.GraphedCodec.from_weights(config.codec, weights, device, dtype)
+    Codec = pkg.Codec  # the eager codec whose ops each graph holds
     header = {"device": torch.cuda.get_device_name() if cuda else "cpu", "torch": torch.__version__,
               "date": time.strftime("%Y-%m-%d"), "dtype": str(dtype)}
     print(header, flush=True)
@@ -84,7 +89,7 @@ def main() -> None:
     with torch.inference_mode():
         for n in (int(x) for x in args.lengths.split(",")):
             codes = torch.randint(config.codec.residual_codebook_size, (1, config.num_codebooks, n), generator=gen)
-            r = profile_window(codec, codes.to(device), args.replays, cuda)
+            r = profile_window(codec, lambda c: Codec.forward(codec, c), codes.to(device), args.replays, cuda)
             results.append(r)
             print(f"\n{n}-frame window: {r.wall_ms:.3f} ms wall, {r.device_ms:.3f} ms of kernels in "
                   f"{r.launches:.0f} launches")
