@@ -17,12 +17,14 @@ import hashlib
 import os
 import shutil
 import stat
+import time
 from pathlib import Path
 
 import torch
 
 CACHE_DIRS = (".triton", ".inductor")  # under a worker's tmp, as confine._home names them
 KEPT_SEEDS = 8  # the most recently used seeds stay; older ones are removed when a new one is written
+STALE_PARTIAL_S = 3600
 MAX_SEED_BYTES = 2 << 30  # a larger cache is not kept (the H200 engines' Triton and inductor caches are far smaller)
 
 
@@ -75,8 +77,11 @@ class CompileCache:
         except OSError:  # another evaluation wrote it first
             shutil.rmtree(partial, ignore_errors=True)
             return
-        seeds = sorted((p for p in self.root.iterdir() if not p.name.startswith(".")), key=lambda p: p.stat().st_mtime)
-        for old in seeds[:-KEPT_SEEDS]:
+        entries = list(self.root.iterdir())
+        seeds = sorted((p for p in entries if not p.name.startswith(".")), key=lambda p: p.stat().st_mtime)
+        # and what judges killed mid-copy left aside (a copy takes seconds)
+        stale = [p for p in entries if p.name.startswith(".") and p.stat().st_mtime < time.time() - STALE_PARTIAL_S]
+        for old in seeds[:-KEPT_SEEDS] + stale:
             shutil.rmtree(old, ignore_errors=True)
 
 

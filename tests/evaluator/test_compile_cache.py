@@ -56,9 +56,13 @@ def test_only_the_most_recently_used_seeds_stay(tmp_path):
         os.utime(cache.root / f"seed{i}", (i, i))
     (tmp_path / "planted").mkdir()
     assert cache.plant(cache.root / "seed0", tmp_path / "planted", None)  # used now: the newest
+    killed, copying = cache.root / ".seedx.123", cache.root / ".seedy.456"  # a killed judge's copy, one going on
+    for partial in (killed, copying):
+        partial.mkdir()
+    os.utime(killed, (0, 0))
     cache.harvest(worker_tmp, cache.root / "newest")
     left = {p.name for p in cache.root.iterdir()}
-    assert len(left) == KEPT_SEEDS and {"seed0", "newest"} <= left and "seed1" not in left
+    assert left == {f"seed{i}" for i in (0, *range(2, KEPT_SEEDS))} | {"newest", copying.name}
 
 
 def test_the_key_follows_the_package_files(tmp_path):
