@@ -57,7 +57,7 @@ def calibrate_noise(baseline_dir: Path, target: Target, *, work_dir: Path, gpu_i
         level = _trusted(_level, pool, a, target, rng, deadline)
         trials = _trusted(Benchmark(pool, a, b, target, rng, level).run, deadline)
     finally:
-        pool.close(trusted=a if a is not None and a.alive() else None)
+        pool.close(trusted=a)
     ratios = paired_ratios(trials)
     c = compare(ratios, 1.0, spread(trials), target.benchmark.confidence, rng.getrandbits(32),
                 min_speedup=target.benchmark.min_speedup, calibration=None)
@@ -108,8 +108,7 @@ class _Evaluation:
             if candidate is not None and candidate.seeded:
                 self.evidence.append(Evidence(check="sandbox", message=(
                     "the engines started from the compile caches an earlier evaluation's baseline left")))
-            baseline = self._baseline_worker
-            self.pool.close(trusted=baseline if baseline is not None and baseline.alive() else None)
+            self.pool.close(trusted=self._baseline_worker)
         return Verdict(status=status, candidate=str(self.candidate_dir), baseline=str(self.baseline_dir),
                        summary=summary, evidence=self.evidence, stage_seconds=self.stages, log_tail=log_tail,
                        hardware=self.ready.hardware if self.ready else "",

@@ -321,10 +321,12 @@ class Pool:
 
     def close(self, trusted: Worker | None = None) -> None:
         """Kill every worker and wipe its tmp dir and package copy (the logs stay); first, with a compile cache, a
-        `trusted` worker (a baseline that served the whole evaluation) leaves its caches as the seed."""
+        `trusted` worker (a baseline) still alive, so it served the whole evaluation, leaves its caches as the
+        seed."""
+        harvest = self.seed is not None and trusted is not None and trusted.alive()
         for worker in self.workers:
             worker.kill()
-        if self.seed is not None and trusted is not None:
+        if harvest:
             self.seed[0].harvest(trusted.tmp, self.seed[1])
         for worker in self.workers:
             for scratch in ("tmp", "pkgs"):

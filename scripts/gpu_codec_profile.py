@@ -23,7 +23,7 @@ sys.path.insert(0, str(REPO))
 
 from reference_runtime.codec_weights import init_codec_weights  # noqa: E402
 from reference_runtime.config import get_config  # noqa: E402
-from gpu_fast_check import recipe_module  # noqa: E402  (scripts/ is on the path as the script's folder)
+from gpu_fast_check import recipe_module, sync, wall_ms  # noqa: E402  (scripts/ is on the path as the script's folder)
 
 TOP = 12
 
@@ -44,13 +44,7 @@ def profile_window(codec, eager, codes: torch.Tensor, replays: int, cuda: bool) 
 
     for _ in range(3):  # the first call captures the length's graph
         codec(codes)
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
-    sync()
-    started = time.perf_counter()
-    for _ in range(replays):
-        codec(codes)
-    sync()
-    wall = (time.perf_counter() - started) * 1e3 / replays
+    wall = wall_ms(lambda: [codec(codes) for _ in range(replays)], 1) / replays
     eager(codes)
     with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
         for _ in range(replays):
