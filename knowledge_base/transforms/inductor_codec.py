@@ -24,14 +24,15 @@ def _apply(files: Files, params: Params) -> list[Patch]:
 
 inductor_codec = Transform(
     name="inductor_codec",
-    # an estimate, not measured: on the H200 a 1-frame window took 3.1 ms and a 64-frame one 7.2 ms as graphs of
-    # eager ops (session 15), ~600 launches each; fused, the short windows' fixed cost should mostly go: up to ~2 ms
-    # of time to first audio and ~10 ms of a 64-frame stream's ~250 ms
-    impact={"cuda": 1.04},
+    # measured on the H200 (session 16, tests/gpu/test_gpu_inductor_codec.py, docs/benchmarks.md): graph replays
+    # per window 2.60 -> 1.32 ms at 1 frame, 3.41 -> 1.84 at 10, 6.63 -> 3.97 at 64: ~1.3 ms of time to first audio
+    # and ~8 ms of a 64-frame stream's ~250 ms
+    impact={"cuda": 1.03},
     summary="compile the codec with inductor before each window length's CUDA graph capture: its elementwise ops "
             "fuse around the convolutions, cutting a window's kernel count and time to first audio",
     feature="codec",
     devices=frozenset({"cuda"}),
+    proven=frozenset({"cuda"}),
     apply=_apply,
     requires=("cuda_graph_codec",),
     lesson="A streamed codec window is launch-bound: the 1-frame window costs almost half the 64-frame one. "

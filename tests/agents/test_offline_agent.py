@@ -20,7 +20,8 @@ REFERENCE = "reference (drama3-tiny, cpu)"  # how lessons name the tiny referenc
 KEPT_S12 = ["triton_prefill_moe", "cuda_graph_frame", "triton_deltanet", "triton_fp8_moe", "cuda_graph_prefill",
             "inductor_decode_steps", "cuda_graph_codec", "triton_moe_fused", "triton_tower", "triton_sampling",
             "triton_backbone_attention", "graph_topk_sampling", "triton_backbone_deltanet", "triton_moe_block"]
-EVERY_PROVEN = [*KEPT_S12, "codec_overlap"]  # session 15's codec_overlap was proven after that engine was kept
+# proven after that engine was kept: codec_overlap in session 15, inductor_codec in session 16
+EVERY_PROVEN = [*KEPT_S12, "codec_overlap", "inductor_codec"]
 
 
 def context_for(files: dict[str, str], **fields) -> ProposalContext:
@@ -245,7 +246,7 @@ def test_on_the_h200_kept_engine_the_first_exploring_slot_leaps_over_the_proven_
     assert leap.title.startswith(offline.LEAP)
     assert set(leap.transforms) == {"inductor_decode_steps", "cuda_graph_codec", "triton_moe_fused", "triton_tower",
                                     "triton_sampling", "triton_backbone_attention", "graph_topk_sampling",
-                                    "triton_backbone_deltanet", "triton_moe_block", "codec_overlap"}
+                                    "triton_backbone_deltanet", "triton_moe_block", "codec_overlap", "inductor_codec"}
     assert TRANSFORMS["triton_moe_fused"].label(fused) not in leap.title  # slower on this very parent
     tower = leap.transforms.index("triton_tower")
     assert tower < leap.transforms.index("triton_backbone_attention") and \
@@ -291,7 +292,7 @@ def test_retunes_go_to_the_transforms_whose_kernels_the_parents_profile_puts_fir
     """On the engine kept in session 12 with every proven GPU transform applied, the exploring slots retune: the
     transform whose Triton kernels took most of the parent's profiled time first; a kernel name two transforms'
     files share (the decode and prefill MoE kernels) splits its time between them; without a profile, by prior."""
-    lineage = [*EVERY_PROVEN, "inductor_codec"]  # and the untried transform whose prior beats a retune's
+    lineage = EVERY_PROVEN
     files = transformed(reference_run.files, *((name, next(TRANSFORMS[name].variants())) for name in lineage))
 
     def first_retune(kernels: dict[str, float]) -> list[str]:
@@ -327,7 +328,8 @@ def test_a_lineage_with_stale_kernels_is_renewed_first_and_the_leap_carries_the_
 
     leap = propose(0)
     assert leap.title.startswith(offline.LEAP + RENEW + "triton_tower(version=")
-    assert leap.transforms == ["triton_tower", "triton_backbone_deltanet", "triton_moe_block", "codec_overlap"]
+    assert leap.transforms == ["triton_tower", "triton_backbone_deltanet", "triton_moe_block", "inductor_codec",
+                               "codec_overlap"]
     assert apply_edits(files, leap.edits)["triton_tower.py"] == today
     alone = propose(1)
     assert alone.title.startswith(RENEW) and alone.transforms == ["triton_tower"]
@@ -337,7 +339,8 @@ def test_a_lineage_with_stale_kernels_is_renewed_first_and_the_leap_carries_the_
     older = failed.model_copy(update={"summary": failed.summary.replace("version=", "version=0")})
     assert propose(1, [older]).title == alone.title
     # no renewal to stack: the leap is the proven transforms the lineage lacks
-    assert propose(0, [failed]).transforms == ["triton_backbone_deltanet", "triton_moe_block", "codec_overlap"]
+    assert propose(0, [failed]).transforms == ["triton_backbone_deltanet", "triton_moe_block", "inductor_codec",
+                                               "codec_overlap"]
 
 
 def test_a_leap_of_renewals_edits_a_file_they_share_once(reference_run):
