@@ -4,17 +4,23 @@
 #   scripts/device_swarm.sh STATE.tgz|fresh SECONDS TARGET [swarm run options, e.g. --resume ID --wall-minutes 30]
 # STATE.tgz holds swarm_home/ (kb.sqlite, the engines repo, each run's events.jsonl): what the last call left in
 # $OUT/swarm_home.tgz. The home goes to $SWARM_DEVICE_HOME (default /opt/swarm_home): not /tmp, which evaluator
-# workers see privately.
+# workers see privately. The compile caches that baseline workers left (compile_cache/, tens of MB) travel apart,
+# as $OUT/compile_cache.tgz: carry it back in .device_state/compile_cache.tgz (ignored by git; $SWARM_COMPILE_CACHE
+# names another), so the next call's first evaluations skip the cold Triton and inductor builds.
 set -u -o pipefail
 [ $# -ge 3 ] || { echo "usage: $0 STATE.tgz|fresh SECONDS TARGET [swarm run options]" >&2; exit 2; }
 state=$1 seconds=$2 target=$3
 shift 3
 home=${SWARM_DEVICE_HOME:-/opt/swarm_home}
+caches=${SWARM_COMPILE_CACHE:-.device_state/compile_cache.tgz}
 out=${OUT:?set OUT to the folder that comes back}
 if [ -d .whl ]; then source scripts/device_env.sh >/dev/null; fi  # the lent machine lacks some packages
 rm -rf "$home" && mkdir -p "$home"
 if [ "$state" != fresh ]; then
     tar -xzf "$state" -C "$home" --strip-components=1 || exit 2
+fi
+if [ -f "$caches" ]; then
+    tar -xzf "$caches" -C "$home" || exit 2
 fi
 SWARM_HOME=$home timeout "$seconds" python3 -m swarm run "$target" "$@" > "$out/swarm.log" 2>&1
 rc=$?
@@ -23,4 +29,7 @@ echo "swarm run exit code $rc (124: stopped at the $seconds s limit; --resume it
 # the slim state: scratch dirs and engine checkouts are rebuilt on resume
 shopt -s nullglob
 (cd "$home" && tar -czf "$out/swarm_home.tgz" --transform 's,^,swarm_home/,' kb.sqlite engines runs/*/events.jsonl)
+if [ -d "$home/compile_cache" ]; then
+    (cd "$home" && tar -czf "$out/compile_cache.tgz" compile_cache)
+fi
 exit $rc

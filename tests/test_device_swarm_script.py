@@ -10,10 +10,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _call(tmp_path: Path, name: str, *args: str) -> tuple[subprocess.CompletedProcess, Path]:
+def _call(tmp_path: Path, name: str, *args: str,
+          caches: Path | None = None) -> tuple[subprocess.CompletedProcess, Path]:
     out = tmp_path / name
     out.mkdir()
-    env = os.environ | {"OUT": str(out), "SWARM_DEVICE_HOME": str(tmp_path / "home"), "COLUMNS": "200"}
+    env = os.environ | {"OUT": str(out), "SWARM_DEVICE_HOME": str(tmp_path / "home"), "COLUMNS": "200",
+                        "SWARM_COMPILE_CACHE": str(caches or tmp_path / "no_caches.tgz")}
     done = subprocess.run(["bash", "scripts/device_swarm.sh", *args], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=300, check=False)
     return done, out
@@ -33,6 +35,18 @@ def test_a_time_limited_call_packs_a_state_the_next_call_resumes(tmp_path):
                         "targets/drama3_cpu.yaml", "--resume", "drama3-cpu-001")
     assert second.returncode == 124, second.stdout + second.stderr
     assert "resumed drama3-cpu-001" in (out / "swarm.log").read_text()
+
+
+def test_the_compile_caches_travel_apart_and_come_back(tmp_path):
+    seed = tmp_path / "packed" / "compile_cache" / "0123abcd" / "triton"
+    seed.mkdir(parents=True)
+    (seed / "kernel.cubin").write_bytes(b"cubin")
+    with tarfile.open(tmp_path / "caches.tgz", "w:gz") as packed:
+        packed.add(tmp_path / "packed" / "compile_cache", arcname="compile_cache")
+    done, out = _call(tmp_path, "out", "fresh", "6", "targets/drama3_cpu.yaml", caches=tmp_path / "caches.tgz")
+    assert done.returncode == 124, done.stdout + done.stderr
+    with tarfile.open(out / "compile_cache.tgz") as packed:
+        assert "compile_cache/0123abcd/triton/kernel.cubin" in packed.getnames()
 
 
 def test_bad_usage_exits_2():

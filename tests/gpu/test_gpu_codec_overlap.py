@@ -12,6 +12,7 @@ from gpu_engines import config_named, tolerances
 from knowledge_base.transforms.codec_overlap import codec_overlap
 from knowledge_base.transforms.cuda_graph_codec import cuda_graph_codec
 from knowledge_base.transforms.cuda_graph_frame import cuda_graph_frame
+from knowledge_base.transforms.inductor_codec import inductor_codec
 from reference_runtime.api import StreamSchedule, TTSRequest
 from reference_runtime.weights import init_weights
 
@@ -42,6 +43,27 @@ def test_overlapped_stream_gives_the_same_chunks(config_name, load_package):
           f"it beside the frames ({want_s / got_s:.3f}x)")
     assert [(c.frame_start, c.frame_end) for c in got] == [(c.frame_start, c.frame_end) for c in want]
     assert len(got) == 5
+    _assert_same_chunks(config, got, want)
+
+
+def _assert_same_chunks(config, got, want) -> None:
     for g, w in zip(got, want):
         assert torch.equal(g.frames, w.frames)
         torch.testing.assert_close(g.audio, w.audio, atol=tolerances(config).waveform_max_abs, rtol=0)
+
+
+def test_windows_whose_graphs_decode_audio_made_first_stream_beside(load_package):
+    """As in the evaluator, where the correctness and warm-up calls of decode_audio (in inference mode) capture
+    codec window graphs before the benchmark streams: the side stream reuses those graphs' static buffers (the
+    swarm's leap of session 16 crashed here with the inductor-compiled codec)."""
+    config, device = config_named("drama3-tiny"), torch.device("cuda")
+    weights = init_weights(config, seed=0, device=device)
+    graph = [(cuda_graph_frame, {}), (cuda_graph_codec, {}), (inductor_codec, {})]
+    graphed = load_package(graph).build_engine(config, weights, device)
+    overlapped = load_package(graph + [(codec_overlap, {})]).build_engine(config, weights, device)
+    request = TTSRequest(text="Hello there, this is a streamed test.", max_frames=64, ignore_eos=True, seed=5)
+    codes = torch.zeros((config.num_codebooks, 64), dtype=torch.long, device=device)
+    for n in range(1, 65):  # every window length's graph, made under decode_audio's inference mode
+        overlapped.decode_audio(codes[:, :n])
+    schedule = StreamSchedule(first_chunk_frames=1)
+    _assert_same_chunks(config, list(overlapped.stream(request, schedule)), list(graphed.stream(request, schedule)))

@@ -70,6 +70,10 @@ class CodecBeside:
         return AudioChunk(audio=w.audio[w.skip * frame_samples:].cpu(), frame_start=w.start, frame_end=w.end,
                           frames=w.window[w.skip:].cpu())
 
+    # in inference mode as Codec.decode: a graphed codec keeps static input buffers per window length, made by
+    # whichever call comes first (an inference tensor under decode_audio), which a later call outside inference
+    # mode may not write into
+    @torch.inference_mode()
     def _decode(self, codes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(out-of-range flag, waveform) of (10, n) int64 codes, both left on the device: Codec.decode without
         its host reads."""
