@@ -68,17 +68,19 @@ class Benchmark:
         self.evidence: list[Evidence] = []
         self._seen: dict[str, set[tuple[str, str]]] = {"audio": set(), "frames": set()}
 
-    def run(self, deadline: Deadline, undecided: Callable[[list[Trial]], bool] = lambda trials: True) -> list[Trial]:
-        """The warmup and warm rounds; then, while the paired ratios spread too much to trust on the pairs so far
-        (statistics.needs_margin) and `undecided(trials)`, more warm rounds up to benchmark.max_warm_trials, each
-        only while three rounds' time is left: a noisy host gets a verdict on more pairs, not one on too few."""
+    def run(self, deadline: Deadline, undecided: Callable[[list[Trial]], bool] | None = None) -> list[Trial]:
+        """The warmup and warm rounds; then, while `undecided(trials)` (by default: while the paired ratios spread
+        too much to trust on the pairs so far, statistics.needs_margin), more warm rounds up to
+        benchmark.max_warm_trials, each only while three rounds' time is left: a noisy host gets a verdict on
+        more pairs, not one on too few."""
+        undecided = undecided or _spread_too_wide
         trials: list[Trial] = []
         for _ in range(self.spec.warmup_trials):
             trials += self._round(len(trials) // 2, False, deadline)
         started = time.perf_counter()
         for rounds in range(1, self.spec.warm_trials_cap + 1):
             if rounds > self.spec.warm_trials:
-                if not needs_margin(spread(trials), len(_pairs(trials))) or not undecided(trials):
+                if not undecided(trials):
                     break
                 if deadline.at - time.perf_counter() < 3 * (time.perf_counter() - started) / (rounds - 1):
                     break
@@ -176,6 +178,10 @@ def _pairs(trials: list[Trial]) -> list[tuple[Trial, Trial]]:
 def paired_ratios(trials: list[Trial]) -> list[float]:
     """candidate/baseline frames/s of each timed pair."""
     return [c.frames_per_s / b.frames_per_s for c, b in _pairs(trials)]
+
+
+def _spread_too_wide(trials: list[Trial]) -> bool:
+    return needs_margin(spread(trials), len(_pairs(trials)))
 
 
 def spread(trials: list[Trial]) -> float:

@@ -26,8 +26,8 @@ from .correctness import AudioLevel, Cascade
 from .inputs import held_out_requests, trial_request
 from .profiling import PROFILE_FRAMES, PROFILE_S, profile_engine
 from .sandbox import REFERENCE_DIR, Deadline, Pool, Ready, Worker, WorkerFailure
-from .statistics import NoiseCalibration, calibrated, compare, decide
-from .verdict import EvaluatorError, Evidence, Rejected, Status, Verdict
+from .statistics import MorePairs, NoiseCalibration, calibrated, compare, decide
+from .verdict import Comparison, EvaluatorError, Evidence, Rejected, Status, Verdict
 from .version import judge_version
 
 
@@ -152,7 +152,8 @@ class _Evaluation:
         baseline = self._baseline() if kept_baseline else oracle
         with self.stage("benchmark", t.timeouts.benchmark_s) as deadline:
             bench = Benchmark(self.pool, baseline, candidate, t, self.rng, report.level)
-            trials = bench.run(deadline, undecided=lambda trials: self._verdict_on(trials)[0] is Status.NOISY)
+            more_pairs = MorePairs()
+            trials = bench.run(deadline, undecided=lambda trials: more_pairs(*self._looked_at(trials)))
             self.evidence += bench.evidence
             timed = [x for x in trials if x.timed and x.engine == "candidate"]
             for trial in self.rng.sample(timed, min(AUDITED_TRIALS, len(timed))):
@@ -195,6 +196,10 @@ class _Evaluation:
         status, summary, fields = self._verdict_on(trials)
         self.verdict_fields |= fields
         return status, summary
+
+    def _looked_at(self, trials: list[Trial]) -> tuple[Comparison, Status]:
+        status, _, fields = self._verdict_on(trials)
+        return fields["comparison"], status
 
     def _verdict_on(self, trials: list[Trial]) -> tuple[Status, str, dict]:
         """The speed verdict on `trials` and the verdict fields it rests on."""

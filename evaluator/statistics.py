@@ -4,7 +4,7 @@ PASS needs the CI's lower bound above the threshold, max(target min_speedup, the
 (relative IQR of the paired ratios on some prompt over MAX_REL_IQR) on fewer than RELIABLE_PAIRS pairs the bound
 must clear the threshold by that spread too, else NOISY: a few pairs with a wide spread make the bootstrap CI itself
 unreliable, while a speedup far beyond the spread is decided either way. A noisy host therefore gets more pairs
-(Benchmark.run extends the rounds) rather than a verdict on too few. SLOWER when the upper bound is under the
+(Benchmark.run extends the rounds) rather than a verdict on too few, and so does a borderline one (MorePairs). SLOWER when the upper bound is under the
 threshold or the median ratio is <= 1; a ratio above max_plausible_speedup is sent to manual review as
 cheat_suspected. Without an A/A calibration a win is NOISY, never PASS: the paired design cannot see order and
 process effects, and on a 2-core CPU they alone lifted an exact copy's CI above min_speedup 1.03.
@@ -87,6 +87,26 @@ def calibrated(c: Comparison, min_speedup: float, calibration: NoiseCalibration)
 def needs_margin(spread: float, pairs: int) -> bool:
     """Whether the CI is too unreliable to decide alone: a spread over MAX_REL_IQR on too few pairs."""
     return spread > MAX_REL_IQR and pairs < RELIABLE_PAIRS
+
+
+def straddles(c: Comparison) -> bool:
+    """A borderline comparison: its median clears the threshold, its CI holds the threshold."""
+    return c.ci_low <= c.threshold < c.speedup
+
+
+class MorePairs:
+    """Whether the benchmark measures another round past the planned ones: while a wide spread leaves the verdict
+    NOISY; and, when the verdict on the planned rounds is borderline (`straddles`), every round up to the cap with
+    no look in between. The borderline verdict then rests on two looks, the planned pairs and all of them: a
+    decision at whichever round first looks lucky would inflate false wins (optional stopping)."""
+
+    def __init__(self) -> None:
+        self.borderline: bool | None = None  # decided at the first look
+
+    def __call__(self, c: Comparison, status: Status) -> bool:
+        if self.borderline is None:
+            self.borderline = straddles(c)
+        return self.borderline or (status is Status.NOISY and needs_margin(c.spread, c.pairs))
 
 
 def decide(c: Comparison, max_plausible: float) -> tuple[Status, str]:

@@ -6,8 +6,9 @@ import random
 
 import pytest
 
-from evaluator.statistics import RELIABLE_PAIRS, NoiseCalibration, bootstrap_ci, calibrated, compare, decide, rel_iqr, threshold
-from evaluator.verdict import Status
+from evaluator.statistics import (RELIABLE_PAIRS, MorePairs, NoiseCalibration, bootstrap_ci, calibrated, compare,
+                                  decide, rel_iqr, straddles, threshold)
+from evaluator.verdict import Comparison, Status
 
 
 AA = NoiseCalibration(speedup=1.0, ci_low=0.97, ci_high=1.05, rel_iqr=0.02, pairs=30, baseline="ref")
@@ -95,3 +96,52 @@ def test_calibration_only_raises_the_threshold():
     assert threshold(1.2, aa) == 1.2
     slow_side = NoiseCalibration(speedup=0.8, ci_low=0.77, ci_high=0.88, rel_iqr=0.13, pairs=6, baseline="ref")
     assert threshold(1.03, slow_side) == pytest.approx(1 / 0.77)  # a drift either way widens the band
+
+
+def _comparison(speedup: float, ci_low: float, ci_high: float, spread: float = 0.01, pairs: int = 9) -> Comparison:
+    return Comparison(speedup=speedup, ci_low=ci_low, ci_high=ci_high, threshold=1.03, ttfa_ratio=1.0,
+                      spread=spread, pairs=pairs)
+
+
+def test_a_borderline_first_look_takes_every_round_to_the_cap_and_others_only_a_wide_spread():
+    borderline = _comparison(1.035, 1.012, 1.040)  # session 15's leap on the H200, decided SLOWER on 9 pairs
+    assert straddles(borderline) and decide(borderline, 20.0)[0] is Status.SLOWER
+    more = MorePairs()
+    assert more(borderline, Status.SLOWER)
+    assert more(_comparison(1.10, 1.08, 1.12), Status.PASS)  # no second look before the cap
+    assert not straddles(_comparison(1.025, 1.01, 1.04))  # the median does not clear the threshold
+    assert not straddles(_comparison(1.05, 1.04, 1.06))
+    tidy, wide = MorePairs(), MorePairs()
+    assert not tidy(_comparison(1.00, 0.99, 1.01), Status.SLOWER)
+    assert wide(_comparison(1.02, 0.90, 1.30, spread=0.3), Status.NOISY)  # under the threshold: not borderline
+    assert not wide(_comparison(1.02, 0.90, 1.30, spread=0.3, pairs=RELIABLE_PAIRS), Status.NOISY)
+
+
+def _two_looks(center: float, seed: int, extend: bool, planned: int = 9, per_round: int = 3, cap: int = 27) -> Status:
+    """The benchmark's protocol on synthetic ratios: `planned` pairs, then rounds while MorePairs says so."""
+    rng = random.Random(seed)
+
+    def drawn(n: int) -> list[float]:
+        return [center * (1 + rng.uniform(-0.03, 0.03)) for _ in range(n)]
+
+    def compared(ratios: list[float]) -> Comparison:
+        return compare(ratios, 1.0, rel_iqr(ratios), 0.95, seed=seed, min_speedup=1.03, calibration=TIGHT)
+
+    ratios = drawn(planned)
+    c, more = compared(ratios), MorePairs()
+    while extend and len(ratios) < cap and more(c, decide(c, 20.0)[0]):
+        ratios += drawn(per_round)
+        c = compared(ratios)
+    return decide(c, 20.0)[0]
+
+
+def test_more_pairs_for_borderline_verdicts_add_wins_near_the_threshold_and_no_false_ones():
+    """300 seeded benchmarks per true speedup, with the H200's ~3% trial jitter: below the threshold the extension
+    adds no false wins; a little above it, it keeps more of the real ones than the planned pairs alone."""
+    def wins(center: float, extend: bool) -> int:
+        return sum(_two_looks(center, seed, extend) is Status.PASS for seed in range(300))
+
+    assert wins(1.00, True) == 0
+    assert wins(1.02, True) <= wins(1.02, False) + 1 <= 4
+    planned, extended = wins(1.04, False), wins(1.04, True)
+    assert extended >= 1.5 * planned, (planned, extended)
