@@ -18,6 +18,8 @@ from knowledge_base import CandidateRecord, Figures, KeptEngine, KnowledgeStore,
 from .budget import raise_option
 from .run_state import ParentEngine, RunView
 
+TITLE_CHARS = 48  # of a title in the kept-engines table
+
 
 @dataclass(frozen=True, slots=True)
 class KeptReview:
@@ -64,23 +66,30 @@ def build_review(kb: KnowledgeStore, repo: EngineRepo, run_id: str) -> RunReview
                      best=view.best())
 
 
+def _cut(text: str, chars: int) -> str:
+    return text if len(text) <= chars else text[:chars - 1] + "…"
+
+
 def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
 def figures_table(review: RunReview) -> Table:
     table = Table(title="kept engines vs the run's baseline", show_lines=False)
-    for name, justify in (("engine", "left"), ("title", "left"), ("speedup", "right"), ("CI (vs parent)", "right"),
-                          ("frames/s", "right"), ("TTFA ms", "right"), ("RTF", "right")):
-        table.add_column(name, justify=justify)
+    # ids and figures never wrap: the ids are what `swarm kb` and `--resume` take. Only the title gives way, cut
+    # short here (each kept engine's section below prints it whole).
+    table.add_column("engine", no_wrap=True)
+    table.add_column("title")
+    for name in ("speedup", "CI vs parent > threshold", "frames/s", "TTFA ms", "RTF"):
+        table.add_column(name, justify="right", no_wrap=True)
     base = review.baseline.figures
-    table.add_row(f"{review.baseline.id} (baseline)", "", "1.000x", "", _fmt(base.frames_per_s, ".1f"),
+    table.add_row(review.baseline.id, "(the run's baseline)", "1.000x", "", _fmt(base.frames_per_s, ".1f"),
                   _fmt(base.ttfa_ms, ".2f"), _fmt(base.rtf, ".4f"))
     for r in review.kept:
         c, f = r.verdict.comparison, r.kept.figures
-        ci = f"[{c.ci_low:.3f}, {c.ci_high:.3f}] > {c.threshold:.3f}" if c else "-"
-        table.add_row(r.kept.id, r.kept.title, f"{r.speedup_vs_baseline:.3f}x", ci, _fmt(f.frames_per_s, ".1f"),
-                      _fmt(f.ttfa_ms, ".2f"), _fmt(f.rtf, ".4f"))
+        ci = f"{c.ci_low:.3f}-{c.ci_high:.3f} > {c.threshold:.3f}" if c else "-"
+        table.add_row(r.kept.id, _cut(r.kept.title, TITLE_CHARS), f"{r.speedup_vs_baseline:.3f}x", ci,
+                      _fmt(f.frames_per_s, ".1f"), _fmt(f.ttfa_ms, ".2f"), _fmt(f.rtf, ".4f"))
     return table
 
 

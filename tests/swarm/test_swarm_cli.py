@@ -60,6 +60,8 @@ def test_review_shows_the_winning_diff_and_writes_an_html_report(tmp_path):
     result = runner.invoke(app, ["review", run_id, "--html", str(html)])
     assert result.exit_code == 0, result.output
     assert f"{run_id}.i001.s00" in result.output and "1.500x" in result.output
+    narrow = runner.invoke(app, ["review", run_id], env={"COLUMNS": "100"})
+    assert f"│ {run_id}.i001.s00 │" in narrow.output  # the table's ids stay whole in a narrow terminal
     assert "+SPEED = 1.5" in result.output and "fake_speed.py" in result.output
     page = html.read_text()
     assert page.startswith("<!doctype html>") and page.count("<svg") == 2 and "best frames/s" in page
