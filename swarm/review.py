@@ -66,8 +66,19 @@ def build_review(kb: KnowledgeStore, repo: EngineRepo, run_id: str) -> RunReview
                      best=view.best())
 
 
-def _cut(text: str, chars: int) -> str:
-    return text if len(text) <= chars else text[:chars - 1] + "…"
+def _kept_table(title: str, figures: tuple[str, ...]) -> Table:
+    """Ids and figures never wrap: the ids are what `swarm kb`, `swarm review` and `--resume` take. Only the
+    title gives way, cut short (`_cut`; `swarm review` prints each kept engine's title whole)."""
+    table = Table(title=title)
+    table.add_column("engine", no_wrap=True)
+    table.add_column("title")
+    for name in figures:
+        table.add_column(name, justify="right", no_wrap=True)
+    return table
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= TITLE_CHARS else text[:TITLE_CHARS - 1] + "…"
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -75,20 +86,15 @@ def _fmt(value: float | None, spec: str) -> str:
 
 
 def figures_table(review: RunReview) -> Table:
-    table = Table(title="kept engines vs the run's baseline", show_lines=False)
-    # ids and figures never wrap: the ids are what `swarm kb` and `--resume` take. Only the title gives way, cut
-    # short here (each kept engine's section below prints it whole).
-    table.add_column("engine", no_wrap=True)
-    table.add_column("title")
-    for name in ("speedup", "CI vs parent > threshold", "frames/s", "TTFA ms", "RTF"):
-        table.add_column(name, justify="right", no_wrap=True)
+    table = _kept_table("kept engines vs the run's baseline",
+                        ("speedup", "CI vs parent > threshold", "frames/s", "TTFA ms", "RTF"))
     base = review.baseline.figures
     table.add_row(review.baseline.id, "(the run's baseline)", "1.000x", "", _fmt(base.frames_per_s, ".1f"),
                   _fmt(base.ttfa_ms, ".2f"), _fmt(base.rtf, ".4f"))
     for r in review.kept:
         c, f = r.verdict.comparison, r.kept.figures
         ci = f"{c.ci_low:.3f}-{c.ci_high:.3f} > {c.threshold:.3f}" if c else "-"
-        table.add_row(r.kept.id, _cut(r.kept.title, TITLE_CHARS), f"{r.speedup_vs_baseline:.3f}x", ci,
+        table.add_row(r.kept.id, _cut(r.kept.title), f"{r.speedup_vs_baseline:.3f}x", ci,
                       _fmt(f.frames_per_s, ".1f"), _fmt(f.ttfa_ms, ".2f"), _fmt(f.rtf, ".4f"))
     return table
 
@@ -137,11 +143,9 @@ def render_summary(kb: KnowledgeStore, run_id: str, console: Console) -> None:
     if not view.kept:
         console.print(f"no engine kept (baseline {view.baseline.id}); `swarm kb show {run_id}` lists the verdicts")
         return
-    table = Table(title=f"kept engines (baseline {view.baseline.id})")
-    for name in ("engine", "title", "speedup vs baseline", "frames/s", "TTFA ms"):
-        table.add_column(name)
+    table = _kept_table(f"kept engines (baseline {view.baseline.id})", ("speedup vs baseline", "frames/s", "TTFA ms"))
     for k in sorted(view.kept, key=view.speedup_vs_baseline, reverse=True):
-        table.add_row(k.id, k.title, f"{view.speedup_vs_baseline(k):.3f}x", _fmt(k.figures.frames_per_s, ".1f"),
+        table.add_row(k.id, _cut(k.title), f"{view.speedup_vs_baseline(k):.3f}x", _fmt(k.figures.frames_per_s, ".1f"),
                       _fmt(k.figures.ttfa_ms, ".2f"))
     console.print(table)
     console.print(f"review: swarm review {run_id} --html {run_id}.html")

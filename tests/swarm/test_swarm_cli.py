@@ -133,6 +133,13 @@ def test_a_budget_stop_names_the_option_that_raises_it():
         store.close()
     text = screen.export_text()
     assert "iteration budget spent (2/2)" in text and f"swarm run TARGET --resume {run_id} --iterations N" in text
+    narrow = Console(width=80, record=True)
+    store = KnowledgeStore(kb_path())
+    try:
+        render_summary(store, run_id, narrow)
+    finally:
+        store.close()
+    assert f"│ {run_id}.i001.s00 │" in narrow.export_text()  # the id the commands take, whole
 
 
 def test_eval_refuses_a_calibration_that_is_not_one(tmp_path):
