@@ -25,7 +25,7 @@ from .compare import Logits, check_waveform, invalid_frame, outside_support
 from .correctness import AudioLevel, silence_ratio
 from .inputs import trial_request
 from .sandbox import Deadline, Pool, Worker
-from .statistics import needs_margin, prompt_figures, rel_iqr
+from .statistics import Paired, needs_margin, prompt_figures, rel_iqr
 from .streams import StreamRun, check_stream, stream_once
 from .verdict import BenchResult, EvaluatorError, Evidence, Rejected, Status
 
@@ -175,22 +175,30 @@ def _pairs(trials: list[Trial]) -> list[tuple[Trial, Trial]]:
     return [(p["candidate"], p["baseline"]) for p in pairs.values()]
 
 
-def paired_ratios(trials: list[Trial]) -> list[float]:
-    """candidate/baseline frames/s of each timed pair."""
-    return [c.frames_per_s / b.frames_per_s for c, b in _pairs(trials)]
+def throughput_gain(c: Trial, b: Trial) -> float:
+    """A pair's candidate / baseline frames/s."""
+    return c.frames_per_s / b.frames_per_s
+
+
+def first_audio_gain(c: Trial, b: Trial) -> float:
+    """A pair's baseline / candidate time to first audio: above 1 when the candidate is heard sooner."""
+    return b.ttfa_s / c.ttfa_s
+
+
+def paired(trials: list[Trial], gain: Callable[[Trial, Trial], float] = throughput_gain) -> Paired:
+    """Each timed pair's gain, and their spread: the largest relative IQR over the prompts. Ratios, not each
+    engine's figures: every trial has a fresh input whose length moves both engines' times together, which is
+    not noise."""
+    ratios, groups = [], {}
+    for c, b in _pairs(trials):
+        ratios.append(gain(c, b))
+        groups.setdefault(c.prompt, []).append(ratios[-1])
+    return Paired(ratios=ratios, spread=max(rel_iqr(v) for v in groups.values()))
 
 
 def _spread_too_wide(trials: list[Trial]) -> bool:
-    return needs_margin(spread(trials), len(_pairs(trials)))
-
-
-def spread(trials: list[Trial]) -> float:
-    """The largest relative IQR of the paired ratios over the prompts. Ratios, not each engine's frames/s: every
-    trial has a fresh input whose length moves both engines' times together, which is not noise."""
-    groups: dict[str, list[float]] = {}
-    for c, b in _pairs(trials):
-        groups.setdefault(c.prompt, []).append(c.frames_per_s / b.frames_per_s)
-    return max(rel_iqr(v) for v in groups.values())
+    frames = paired(trials)
+    return needs_margin(frames.spread, len(frames.ratios))
 
 
 def bench_result(name: str, trials: list[Trial]) -> BenchResult:

@@ -20,7 +20,7 @@ from reference_runtime.config import get_config
 from targets.schema import Target
 
 from . import static_scan
-from .benchmark import AUDITED_TRIALS, Benchmark, Trial, audit, bench_result, paired_ratios, spread
+from .benchmark import AUDITED_TRIALS, Benchmark, Trial, audit, bench_result, first_audio_gain, paired
 from .compile_cache import CompileCache
 from .correctness import AudioLevel, Cascade
 from .inputs import held_out_requests, trial_request
@@ -58,11 +58,11 @@ def calibrate_noise(baseline_dir: Path, target: Target, *, work_dir: Path, gpu_i
         trials = _trusted(Benchmark(pool, a, b, target, rng, level).run, deadline)
     finally:
         pool.close(trusted=a)
-    ratios = paired_ratios(trials)
-    c = compare(ratios, 1.0, spread(trials), target.benchmark.confidence, rng.getrandbits(32),
-                min_speedup=target.benchmark.min_speedup, calibration=None)
-    return NoiseCalibration(speedup=c.speedup, ci_low=c.ci_low, ci_high=c.ci_high, rel_iqr=c.spread,
-                            pairs=len(ratios), baseline=str(baseline_dir))
+    c = compare(paired(trials), paired(trials, first_audio_gain), 1.0, target.benchmark.confidence,
+                rng.getrandbits(32), min_speedup=target.benchmark.min_speedup, calibration=None)
+    return NoiseCalibration(speedup=c.speedup, ci_low=c.ci_low, ci_high=c.ci_high, rel_iqr=c.spread, pairs=c.pairs,
+                            baseline=str(baseline_dir), ttfa_ci_low=c.first_audio.ci_low,
+                            ttfa_ci_high=c.first_audio.ci_high)
 
 
 def with_calibration(verdict: Verdict, calibration: NoiseCalibration, target: Target) -> Verdict:
@@ -208,7 +208,7 @@ class _Evaluation:
                                                                                                    "baseline")}
         ttfa = statistics.median(c.ttfa_ms_p50 / b.ttfa_ms_p50 for c, b in
                                  zip(results["candidate"].prompts, results["baseline"].prompts))
-        comparison = compare(paired_ratios(trials), ttfa, spread(trials), self.target.benchmark.confidence,
+        comparison = compare(paired(trials), paired(trials, first_audio_gain), ttfa, self.target.benchmark.confidence,
                              self.rng.getrandbits(32), min_speedup=self.target.benchmark.min_speedup,
                              calibration=self.calibration)
         status, summary = decide(comparison, self.target.benchmark.max_plausible_speedup)

@@ -64,8 +64,30 @@ class BenchResult(_Model):
         return values[len(values) // 2]
 
 
+class FirstAudio(_Model):
+    """Time to first audio on the same pairs: each pair's baseline TTFA / candidate TTFA (above 1: heard sooner)."""
+
+    speedup: float  # median paired ratio
+    ci_low: float
+    ci_high: float
+    # the lower CI bound must clear this: the target's min_speedup, raised by the A/A band of TTFA; None when the
+    # run's calibration predates that band, so no TTFA win can be told from noise
+    threshold: float | None
+    spread: float  # the largest relative IQR of the paired ratios on one prompt
+
+    @property
+    def sooner(self) -> bool:
+        return self.threshold is not None and self.ci_low > self.threshold
+
+    @property
+    def later(self) -> bool:
+        """Heard later beyond noise: the whole CI under the threshold's inverse."""
+        return self.threshold is not None and self.ci_high < 1 / self.threshold
+
+
 class Comparison(_Model):
-    """Candidate vs baseline, measured interleaved (ABAB) in one run."""
+    """Candidate vs baseline, measured interleaved (ABAB) in one run. The speedup is of frames/s; `first_audio`
+    can win on its own when frames/s holds."""
 
     speedup: float  # frames/s ratio candidate / baseline (median over paired trials)
     ci_low: float
@@ -75,11 +97,24 @@ class Comparison(_Model):
     spread: float = 0.0  # the largest relative IQR of the paired ratios on one prompt
     pairs: int = 0  # paired trials the CI rests on (0 in verdicts stored before it was recorded: too few)
     calibrated: bool = True  # the threshold includes an A/A band; without one no comparison is a win
+    first_audio: FirstAudio | None = None  # None in verdicts stored before TTFA was compared pair by pair
 
     @property
     def awaits_calibration(self) -> bool:
         """A win by the target's min_speedup alone, which only an A/A band can confirm."""
-        return not self.calibrated and self.ci_low > self.threshold
+        return not self.calibrated and (self.ci_low > self.threshold or self.won_on_first_audio)
+
+    def bar(self) -> str:
+        """The CI and threshold the decision rests on: TTFA's for a first-audio win, else frames/s'."""
+        if self.won_on_first_audio:
+            t = self.first_audio
+            return f"TTFA {t.ci_low:.3f}-{t.ci_high:.3f} > {t.threshold:.3f}"
+        return f"{self.ci_low:.3f}-{self.ci_high:.3f} > {self.threshold:.3f}"
+
+    @property
+    def won_on_first_audio(self) -> bool:
+        """Its CI clears the TTFA threshold while the frames/s CI does not clear the frames/s one."""
+        return self.first_audio is not None and self.first_audio.sooner and not self.ci_low > self.threshold
 
 
 PROFILE_ROWS = 15  # the most rows a profile may carry

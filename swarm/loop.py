@@ -354,7 +354,12 @@ def _dirname(engine_id: str) -> str:
 
 
 def _stored_calibration(view: RunView) -> NoiseCalibration | None:
-    return NoiseCalibration.model_validate_json(view.run.calibration_json) if view.run.calibration_json else None
+    """The run's A/A band; one measured before it held TTFA's counts as none, so the next would-be win measures
+    it again with both figures' bands."""
+    if not view.run.calibration_json:
+        return None
+    stored = NoiseCalibration.model_validate_json(view.run.calibration_json)
+    return stored if stored.ttfa_ci_low is not None else None
 
 
 def _rejected_by_another_judge(view: RunView, target: Target) -> set[str]:

@@ -83,7 +83,7 @@ def render_html(review: RunReview, acceptance_fps: float | None = None, acceptan
     sections = []
     for r in review.kept:
         c, f = r.verdict.comparison, r.kept.figures
-        ci = f"[{c.ci_low:.3f}, {c.ci_high:.3f}] &gt; {c.threshold:.3f}" if c else "-"
+        ci = escape(c.bar()) if c else "-"
         rows.append(f"<tr><td>{escape(r.kept.id)}</td><td class=l>{escape(r.kept.title)}</td>"
                     f"<td>{r.speedup_vs_baseline:.3f}x</td><td>{ci}</td><td>{_fmt(f.frames_per_s, '.1f')}</td>"
                     f"<td>{_fmt(f.ttfa_ms, '.2f')}</td><td>{_fmt(f.rtf, '.4f')}</td></tr>")

@@ -93,7 +93,7 @@ def figures_table(review: RunReview) -> Table:
                   _fmt(base.ttfa_ms, ".2f"), _fmt(base.rtf, ".4f"))
     for r in review.kept:
         c, f = r.verdict.comparison, r.kept.figures
-        ci = f"{c.ci_low:.3f}-{c.ci_high:.3f} > {c.threshold:.3f}" if c else "-"
+        ci = c.bar() if c else "-"
         table.add_row(r.kept.id, _cut(r.kept.title), f"{r.speedup_vs_baseline:.3f}x", ci,
                       _fmt(f.frames_per_s, ".1f"), _fmt(f.ttfa_ms, ".2f"), _fmt(f.rtf, ".4f"))
     return table

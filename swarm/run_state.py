@@ -62,11 +62,14 @@ class RunView:
         return next(c.iteration for c in self.candidates if c.id == engine_id)
 
     def parent_for(self, iteration: int) -> ParentEngine:
-        """The fastest engine kept before `iteration` (chained speedup), else the run's baseline."""
+        """The fastest engine kept before `iteration` (chained frames/s speedup) among those with no kept child,
+        else the run's baseline. A kept child beat its parent, on frames/s or on time to first audio with frames/s
+        held: a TTFA win's chained figure may sit a little under its parent's, and it must still come after it."""
         earlier = [k for k in self.kept if self._iteration_of(k.id) < iteration]
         if not earlier:
             return self.baseline
-        best = max(earlier, key=lambda k: k.speedup_vs_reference)
+        superseded = {k.parent_id for k in earlier}
+        best = max((k for k in earlier if k.id not in superseded), key=lambda k: k.speedup_vs_reference)
         return ParentEngine(best.id, best.git_commit, best.figures, best.speedup_vs_reference)
 
     def best(self) -> ParentEngine:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from evaluator.benchmark import Trial, bench_result, spread
+from evaluator.benchmark import Trial, bench_result, first_audio_gain, paired
 from evaluator.streams import Chunk, StreamRun
 from reference_runtime.api import TTSRequest
 
@@ -28,4 +28,5 @@ def test_spread_is_that_of_the_paired_ratios_not_of_each_engine():
     trials = [t for pair, seconds in enumerate((1.0, 3.0, 1.5, 2.5))
               for t in (_trial("baseline", pair, "hello", seconds, None),
                         _trial("candidate", pair, "hello", seconds / 2, None))]
-    assert spread(trials) == 0.0
+    assert paired(trials).spread == 0.0 and paired(trials).ratios == [2.0] * 4
+    assert paired(trials, first_audio_gain).ratios == [1.0] * 4  # both engines' trials take 0.1 s to first audio

@@ -15,7 +15,8 @@ from targets.schema import load_target
 from tests.evaluator.candidate_factory import build_engine_body, make_candidate
 
 CPU_TARGET = REPO_ROOT / "targets" / "drama3_cpu.yaml"
-BAND = NoiseCalibration(speedup=1.0, ci_low=0.95, ci_high=1.06, rel_iqr=0.02, pairs=15, baseline="ref")
+BAND = NoiseCalibration(speedup=1.0, ci_low=0.95, ci_high=1.06, rel_iqr=0.02, pairs=15, baseline="ref",
+                        ttfa_ci_low=0.93, ttfa_ci_high=1.08)
 
 
 def test_cli_writes_the_verdict(tmp_path, capsys):
@@ -85,6 +86,11 @@ def test_a_kept_calibration_serves_only_its_own_baseline_and_target(tmp_path, ca
     assert main([str(tmp_path), "--target", str(CPU_TARGET), "--baseline", str(other), "--calibration",
                  str(keep)]) == 2
     assert "was measured for baseline" in capsys.readouterr().err
+    older = json.loads(keep.read_text())
+    del older["calibration"]["ttfa_ci_low"], older["calibration"]["ttfa_ci_high"]
+    keep.write_text(json.dumps(older))
+    assert main([str(tmp_path), "--target", str(CPU_TARGET), "--calibration", str(keep)]) == 2
+    assert "before the A/A band of time to first audio" in capsys.readouterr().err
     keep.write_text('{"speedup": 1.0}')
     assert main([str(tmp_path), "--target", str(CPU_TARGET), "--calibration", str(keep)]) == 2
     assert "is not a kept A/A calibration" in capsys.readouterr().err

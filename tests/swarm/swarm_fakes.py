@@ -110,7 +110,8 @@ class FakeEvaluator:
 
 
 def fake_calibrate(baseline_dir: Path, target, *, work_dir: Path, gpu_index=None, secret_seed=None) -> NoiseCalibration:
-    return NoiseCalibration(speedup=1.0, ci_low=0.99, ci_high=1.01, rel_iqr=0.01, pairs=4, baseline=str(baseline_dir))
+    return NoiseCalibration(speedup=1.0, ci_low=0.99, ci_high=1.01, rel_iqr=0.01, pairs=4, baseline=str(baseline_dir),
+                            ttfa_ci_low=0.99, ttfa_ci_high=1.01)
 
 
 def _files(d: Path) -> dict[str, str]:
