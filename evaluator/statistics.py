@@ -149,9 +149,10 @@ def decide(c: Comparison, max_plausible: float) -> tuple[Status, str]:
     frames/s is not worse beyond noise, and it vetoes a win when it is worse beyond noise (a TTS user waits
     for the first audio as much as for the rest)."""
     t = c.first_audio
-    if c.speedup > max_plausible or (t is not None and t.speedup > max_plausible):
-        return Status.CHEAT_SUSPECTED, (f"{_ci(c)}{_first_audio(c)} is above max_plausible_speedup "
-                                        f"{max_plausible:g}: manual review")
+    # of frames/s only: against the eager reference, whose prefill runs the DeltaNet recurrence token by token,
+    # an honest graphed engine reaches first audio 100-150x sooner on the H200
+    if c.speedup > max_plausible:
+        return Status.CHEAT_SUSPECTED, f"{_ci(c)} is above max_plausible_speedup {max_plausible:g}: manual review"
     if t is not None and t.later:
         return Status.SLOWER, f"time to first audio later beyond noise: {_first_audio_ci(t)}; frames/s {_ci(c)}"
     status, reason = _decide_one("", c.speedup, c.ci_low, c.ci_high, c.threshold, c.spread, c.pairs, c.calibrated)
