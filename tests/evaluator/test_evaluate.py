@@ -68,11 +68,14 @@ def test_calibration_measures_the_baseline_against_itself(tiny_target, tmp_path)
     assert calibration.rel_iqr >= 0
 
 
-def _erratic(tmp_path, name: str, low_s: float, high_s: float):
-    """The reference, but each stream first waits low_s-high_s at random: trials of a few frames then spread far
-    over 10%."""
+def _erratic(tmp_path, name: str, low_s: float, high_s: float, alternate: bool = False):
+    """The reference, but each stream first waits low_s-high_s at random (or low_s and high_s in turn): trials of
+    a few frames then spread far over 10%."""
     line = "        rows = build_rows(self.config, request, self.tokenizer).to(self.device)\n"
     wait = f"        import random, time\n        time.sleep(random.uniform({low_s}, {high_s}))\n"
+    if alternate:  # any three trials in a row hold both waits, so their spread is wide whatever the draw
+        wait = (f"        import time\n        global _WAITS\n        _WAITS = globals().get('_WAITS', 0) + 1\n"
+                f"        time.sleep(({low_s}, {high_s})[_WAITS % 2])\n")
     return make_candidate(tmp_path, {"engine.py": (line, wait + line)}, name=name)
 
 
@@ -87,7 +90,7 @@ def test_a_spread_undecided_verdict_gets_more_pairs_and_a_decided_one_does_not(t
                          secret_seed=11)
     assert undecided.status is Status.NOISY and undecided.comparison.pairs == spec.warm_trials_cap, \
         undecided.summary
-    slow = _erratic(tmp_path, "slow", 0.2, 1.2)
+    slow = _erratic(tmp_path, "slow", 0.2, 1.2, alternate=True)
     slower = evaluate(slow, tiny_target, baseline_dir=REFERENCE_DIR, work_dir=tmp_path / "slower", secret_seed=12)
     assert slower.status is Status.SLOWER and slower.comparison.pairs == spec.warm_trials, slower.summary
     assert slower.comparison.spread > 0.1
