@@ -73,7 +73,7 @@ def _erratic(tmp_path, name: str, low_s: float, high_s: float, alternate: bool =
     a few frames then spread far over 10%."""
     line = "        rows = build_rows(self.config, request, self.tokenizer).to(self.device)\n"
     wait = f"        import random, time\n        time.sleep(random.uniform({low_s}, {high_s}))\n"
-    if alternate:  # any three trials in a row hold both waits, so their spread is wide whatever the draw
+    if alternate:  # any three trials in a row hold both waits, so their spread is wide on every run
         wait = (f"        import time\n        global _WAITS\n        _WAITS = globals().get('_WAITS', 0) + 1\n"
                 f"        time.sleep(({low_s}, {high_s})[_WAITS % 2])\n")
     return make_candidate(tmp_path, {"engine.py": (line, wait + line)}, name=name)
@@ -85,7 +85,7 @@ def test_a_spread_undecided_verdict_gets_more_pairs_and_a_decided_one_does_not(t
     reference trial is plainly slower after warm_trials, and stops there. The A/A of an erratic engine extends
     as well."""
     spec = tiny_target.benchmark
-    erratic = _erratic(tmp_path, "erratic", 0.0, 0.2)
+    erratic = _erratic(tmp_path, "erratic", 0.05, 0.25, alternate=True)
     undecided = evaluate(REFERENCE_DIR, tiny_target, baseline_dir=erratic, work_dir=tmp_path / "undecided",
                          secret_seed=11)
     assert undecided.status is Status.NOISY and undecided.comparison.pairs == spec.warm_trials_cap, \
@@ -94,5 +94,7 @@ def test_a_spread_undecided_verdict_gets_more_pairs_and_a_decided_one_does_not(t
     slower = evaluate(slow, tiny_target, baseline_dir=REFERENCE_DIR, work_dir=tmp_path / "slower", secret_seed=12)
     assert slower.status is Status.SLOWER and slower.comparison.pairs == spec.warm_trials, slower.summary
     assert slower.comparison.spread > 0.1
-    calibration = calibrate_noise(erratic, tiny_target, work_dir=tmp_path / "aa", secret_seed=13)
+    # at random: two copies that waited in turn would wait alike in every pair
+    jittery = _erratic(tmp_path, "jittery", 0.0, 0.2)
+    calibration = calibrate_noise(jittery, tiny_target, work_dir=tmp_path / "aa", secret_seed=13)
     assert calibration.rel_iqr > 0.1 and calibration.pairs == spec.warm_trials_cap
