@@ -61,7 +61,7 @@ def _load(path: Path, scope: dict[str, str | int | None]) -> NoiseCalibration:
     except ValidationError as e:
         raise CalibrationFileError(f"{path} is not a kept A/A calibration ({e.error_count()} errors); delete it to "
                                    "measure a new one") from e
-    if kept.calibration.ttfa_ci_low is None:
+    if not kept.calibration.bands_first_audio:
         raise CalibrationFileError(f"{path} was measured before the A/A band of time to first audio was: delete it "
                                    "to measure a new one with both figures' bands")
     for field, wanted in scope.items():

@@ -48,6 +48,10 @@ class NoiseCalibration(BaseModel):
     ttfa_ci_low: float | None = None
     ttfa_ci_high: float | None = None
 
+    @property
+    def bands_first_audio(self) -> bool:
+        return self.ttfa_ci_low is not None and self.ttfa_ci_high is not None
+
 
 def rel_iqr(values: list[float]) -> float:
     q1, q3 = np.percentile(values, [25, 75])
@@ -82,7 +86,7 @@ def ttfa_threshold(min_speedup: float, calibration: NoiseCalibration | None) -> 
     """As `threshold`, from the A/A band of TTFA ratios; None when the calibration has none."""
     if calibration is None:
         return min_speedup
-    if calibration.ttfa_ci_low is None or calibration.ttfa_ci_high is None:
+    if not calibration.bands_first_audio:
         return None
     return max(min_speedup, calibration.ttfa_ci_high, 1 / calibration.ttfa_ci_low)
 

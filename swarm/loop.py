@@ -359,7 +359,7 @@ def _stored_calibration(view: RunView) -> NoiseCalibration | None:
     if not view.run.calibration_json:
         return None
     stored = NoiseCalibration.model_validate_json(view.run.calibration_json)
-    return stored if stored.ttfa_ci_low is not None else None
+    return stored if stored.bands_first_audio else None
 
 
 def _rejected_by_another_judge(view: RunView, target: Target) -> set[str]:

@@ -125,21 +125,19 @@ def test_agents_option_replaces_the_target_files_agents():
 
 def test_a_budget_stop_names_the_option_that_raises_it():
     run_id = _run_with_a_kept_engine()
-    screen = Console(width=250, record=True)
+    text = _summary(run_id, width=250)
+    assert "iteration budget spent (2/2)" in text and f"swarm run TARGET --resume {run_id} --iterations N" in text
+    assert f"│ {run_id}.i001.s00 │" in _summary(run_id, width=80)  # the id the commands take, whole
+
+
+def _summary(run_id: str, width: int) -> str:
+    screen = Console(width=width, record=True)
     store = KnowledgeStore(kb_path())
     try:
         render_summary(store, run_id, screen)
     finally:
         store.close()
-    text = screen.export_text()
-    assert "iteration budget spent (2/2)" in text and f"swarm run TARGET --resume {run_id} --iterations N" in text
-    narrow = Console(width=80, record=True)
-    store = KnowledgeStore(kb_path())
-    try:
-        render_summary(store, run_id, narrow)
-    finally:
-        store.close()
-    assert f"│ {run_id}.i001.s00 │" in narrow.export_text()  # the id the commands take, whole
+    return screen.export_text()
 
 
 def test_eval_refuses_a_calibration_that_is_not_one(tmp_path):
