@@ -69,16 +69,35 @@ def test_grouped_kernels_match_the_expert_loop(pkg, tokens, skew):
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
+def _check_layout(experts, num_experts, bm, slot_pairs, block_experts):
+    """Every pair in exactly one slot; each block holds one expert's pairs; each used expert's pairs fill
+    ceil(count / bm) consecutive blocks, the runs in expert order, and the unused blocks come last."""
+    flat = experts.flatten()
+    assert block_experts.numel() == -(-flat.numel() // bm) + min(num_experts, flat.numel())
+    assert slot_pairs.numel() == bm * block_experts.numel()
+    for b, e in enumerate(block_experts.tolist()):
+        pairs = [p for p in slot_pairs[bm * b:bm * (b + 1)].tolist() if p >= 0]
+        assert (e < 0) == (not pairs) and all(flat[p] == e for p in pairs)
+    assert sorted(p for p in slot_pairs.tolist() if p >= 0) == list(range(flat.numel()))
+    counts = torch.bincount(flat, minlength=num_experts)
+    runs = [e for e in range(num_experts) for _ in range(-(-int(counts[e]) // bm))]
+    assert block_experts.tolist() == runs + [-1] * (block_experts.numel() - len(runs))
+
+
 def test_blocks_hold_one_expert_each(pkg):
     kernels = importlib.import_module(f"{pkg.__name__}.grouped_moe")
     experts = torch.tensor([[3, 1], [3, 0], [3, 1], [2, 3]])
-    slot_pairs, block_experts = kernels._blocks(experts, 8, 2)
-    assert block_experts.numel() == 4 + 8 and slot_pairs.numel() == 24  # ceil(8 pairs / 2) + min(8 experts, 8)
-    flat = experts.flatten()
-    for b, e in enumerate(block_experts.tolist()):
-        pairs = [p for p in slot_pairs[2 * b:2 * b + 2].tolist() if p >= 0]
-        assert (e < 0) == (not pairs) and all(flat[p] == e for p in pairs)
-    assert sorted(p for p in slot_pairs.tolist() if p >= 0) == list(range(8))  # every pair exactly once
+    _check_layout(experts, 8, 2, *kernels._blocks(experts, 8, 2))
+
+
+@pytest.mark.parametrize(("tokens", "num_experts", "bm"), [(1, 256, 16), (300, 256, 16), (130, 6, 4)])
+def test_blocks_of_many_pairs_and_experts(pkg, tokens, num_experts, bm):
+    """Full-size routing (top-8 of 256: 2400 pairs, past one chunk of the layout kernel), and an expert count
+    that is not a power of two."""
+    kernels = importlib.import_module(f"{pkg.__name__}.grouped_moe")
+    gen = torch.Generator().manual_seed(tokens)
+    experts = torch.rand(tokens, num_experts, generator=gen).topk(min(8, num_experts - 1), dim=-1).indices
+    _check_layout(experts, num_experts, bm, *kernels._blocks(experts, num_experts, bm))
 
 
 def test_engine_teacher_forced_logits_match_reference(pkg):

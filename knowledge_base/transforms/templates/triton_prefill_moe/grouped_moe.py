@@ -1,11 +1,11 @@
 """The routed experts of many tokens (a prefill) as two grouped Triton GEMMs over the block-FP8 expert stacks:
-(token, slot) pairs are sorted by expert into blocks of BLOCK_M pairs that share one expert, so each used
+(token, slot) pairs are grouped by expert into blocks of BLOCK_M pairs that share one expert, so each used
 expert's FP8 tiles are read once per block (not once per token) and multiplied on the tensor cores with tl.dot.
 (1) gate|up over 128-wide K blocks, each partial product times its tile scale, then silu(gate) * up;
 (2) down, times the pair's routing weight; the k slots of a token are summed afterwards. fp32 accumulation.
-The block layout is built on the device with sorts and scans, so there is no host sync; the launch grid
-depends only on the token count and the kernels compile once (no shape is a compile-time constant but the
-model's).
+The block layout is built on the device by one kernel (a histogram, a scan and atomic tickets), so there is
+no host sync; the launch grid depends only on the token count and the kernels compile once (no shape is a
+compile-time constant but the model's).
 """
 from __future__ import annotations
 
@@ -78,28 +78,62 @@ def _down_kernel(h_ptr, pairs_ptr, experts_ptr, top_ptr, w_ptr, s_ptr, y_ptr, H:
         tl.store(y_ptr + pair[:, None] * H + rows[None, :], y * weight[:, None], mask=(pair >= 0)[:, None])
 
 
+@triton.jit
+def _layout_kernel(experts_ptr, cursor_ptr, slot_pairs_ptr, block_experts_ptr, pairs, num_blocks, E: tl.constexpr,
+                   BM: tl.constexpr, CHUNK: tl.constexpr, OWNERS: tl.constexpr):
+    """One program lays the pairs out: each expert's pairs fill ceil(count / BM) consecutive blocks, the experts'
+    runs in id order. A pair's slot in its expert's run is a ticket from an atomic counter, not its rank in a sort:
+    each row of a tl.dot is its own sum, so the order of the pairs inside a run changes no result."""
+    # while loops, not range(pairs): Triton 3.6's interpreter (the CPU tests) cannot index a runtime int
+    experts = tl.arange(0, E)
+    counts = tl.zeros((E,), tl.int32)
+    start = 0
+    while start < pairs:
+        offs = start + tl.arange(0, CHUNK)
+        live = offs < pairs
+        counts += tl.histogram(tl.load(experts_ptr + offs, mask=live, other=0).to(tl.int32), E, mask=live)
+        start += CHUNK
+    runs = (counts + BM - 1) // BM * BM
+    ends = tl.cumsum(runs, 0)
+    used = tl.sum(runs)
+    tl.store(cursor_ptr + experts, ends - runs)
+    start = 0
+    while start < num_blocks * BM:
+        offs = start + tl.arange(0, CHUNK)
+        tl.store(slot_pairs_ptr + offs, -1, mask=offs < num_blocks * BM)
+        start += CHUNK
+    start = 0
+    while start < num_blocks:
+        blocks = start + tl.arange(0, OWNERS)
+        first = blocks * BM
+        owner = tl.sum((ends[None, :] <= first[:, None]).to(tl.int32), axis=1)  # runs ending at or before it
+        tl.store(block_experts_ptr + blocks, tl.where(first < used, owner, -1), mask=blocks < num_blocks)
+        start += OWNERS
+    tl.debug_barrier()  # the run starts and the -1 fill are stored before a ticket is taken or a slot written
+    start = 0
+    while start < pairs:
+        offs = start + tl.arange(0, CHUNK)
+        live = offs < pairs
+        expert = tl.load(experts_ptr + offs, mask=live, other=0).to(tl.int32)
+        slot = tl.atomic_add(cursor_ptr + expert, 1, mask=live)
+        tl.store(slot_pairs_ptr + slot, offs, mask=live)
+        start += CHUNK
+
+
 def _blocks(experts: torch.Tensor, num_experts: int, bm: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Expert ids (T, k) -> (pair index per padded slot (num_blocks * bm,), -1 = padding; expert per block
-    (num_blocks,), -1 = unused). Each expert's pairs fill ceil(count / bm) consecutive blocks; num_blocks is the
-    bound ceil(T k / bm) + min(E, T k), so no count has to be read back to the host."""
+    (num_blocks,), -1 = unused), both int32. num_blocks is the bound ceil(T k / bm) + min(E, T k), so no count
+    has to be read back to the host. One kernel launch: the sorts, scans and scatters it replaced were ~20
+    launches per layer of the prefill graph."""
     flat = experts.flatten()
     pairs = flat.numel()
     num_blocks = -(-pairs // bm) + min(num_experts, pairs)
-    # a stable radix sort makes a pass per key byte: the ids sort as their narrowest type, not as int64
-    order = torch.argsort(flat.to(torch.uint8 if num_experts <= 256 else torch.int32), stable=True)
-    sorted_experts = flat[order]
-    # each expert's first sorted pair by binary search (one small kernel; a compare-and-sum over (pairs, E) took
-    # 12 us per layer on the H200): the counts follow, exact, with no scatter
-    bounds = torch.searchsorted(sorted_experts, torch.arange(num_experts + 1, device=flat.device))
-    first = bounds[:-1]
-    counts = bounds[1:] - first
-    padded = (counts + bm - 1) // bm * bm
-    first_padded = torch.cumsum(padded, 0) - padded
-    dest = first_padded[sorted_experts] + torch.arange(pairs, device=flat.device) - first[sorted_experts]
-    slot_pairs = torch.full((num_blocks * bm,), -1, dtype=torch.long, device=flat.device)
-    slot_pairs[dest] = order
-    block_experts = torch.full((num_blocks,), -1, dtype=torch.long, device=flat.device)
-    block_experts[dest // bm] = sorted_experts
+    bins = triton.next_power_of_2(num_experts)  # ids < num_experts: the extra bins stay empty
+    cursor = torch.empty(bins, dtype=torch.int32, device=flat.device)
+    slot_pairs = torch.empty(num_blocks * bm, dtype=torch.int32, device=flat.device)
+    block_experts = torch.empty(num_blocks, dtype=torch.int32, device=flat.device)
+    _layout_kernel[(1,)](flat, cursor, slot_pairs, block_experts, pairs, num_blocks, bins, bm, 1024,
+                         max(1, 8192 // bins), num_warps=4)
     return slot_pairs, block_experts
 
 
