@@ -1,6 +1,8 @@
 """H200 fast check of the cuda_* / triton_* transforms at full drama3 size with random weights:
 
     python scripts/gpu_fast_check.py --out result.json [--engines graph_triton,graph] [--frames 200]
+    SWARM_HOME=<state> python scripts/gpu_fast_check.py --out result.json --engines '' --kept best \
+        --kept-plus renew:triton_prefill_moe,triton_prefill_route
 
 (`--config drama3-tiny --device cpu --frames 8` is a quick dry run of the script itself; graph stages need CUDA.)
 
@@ -37,6 +39,7 @@ from candidates.repo import EngineRepo, engine_files, write_files
 from evaluator.compare import Logits, check_logits
 from knowledge_base import KnowledgeStore
 from knowledge_base.transforms import TRANSFORMS
+from knowledge_base.transforms.renew import renewal
 from reference_runtime.api import SamplingParams, StreamSchedule
 from reference_runtime.bench import bench_requests, measure_trial
 from reference_runtime.config import get_config
@@ -153,6 +156,26 @@ def recipe_files(steps: tuple[tuple[str, dict], ...], files: dict[str, str] | No
     for transform_name, overrides in steps:
         transform = TRANSFORMS[transform_name]
         patches = transform.apply(files, next(transform.variants()) | overrides)
+        files = apply_edits(files, [FileEdit(path=p.path, search=p.search, replace=p.replace) for p in patches])
+    return files
+
+
+def plus_files(files: dict[str, str], items: list[str]) -> dict[str, str]:
+    """`files` with each item applied in turn: `renew:<name>` brings an applied transform's kernel files to today's
+    (as the swarm's renewals do), a bare name applies that transform's first variant."""
+    for item in items:
+        name = item.removeprefix("renew:")
+        if name not in TRANSFORMS:
+            sys.exit(f"--kept-plus: unknown transform {name!r} (known: {sorted(TRANSFORMS)})")
+        if item.startswith("renew:"):
+            found = renewal(TRANSFORMS[name], files)
+            if found is None:
+                sys.exit(f"--kept-plus: {item}: the engine has today's files already, lacks the transform, or "
+                         "waits for the renewal of a file it imports (renew that one first)")
+            patches = found.patches
+        else:
+            transform = TRANSFORMS[name]
+            patches = transform.apply(files, next(transform.variants()))
         files = apply_edits(files, [FileEdit(path=p.path, search=p.search, replace=p.replace) for p in patches])
     return files
 
@@ -435,6 +458,9 @@ def main() -> None:
     parser.add_argument("--config", default="drama3", help="model config (drama3-tiny for a dry run)")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--kept", help="also check a kept engine of $SWARM_HOME's knowledge base: an id or 'best'")
+    parser.add_argument("--kept-plus", default="",
+                        help="with --kept, also that engine with these applied on top, comma-separated: a transform "
+                             "(its first variant) or renew:<transform> (today's kernel files), in order")
     args = parser.parse_args()
     names = [e for e in args.engines.split(",") if e]
     unknown = [e for e in names if e not in RECIPES]
@@ -443,6 +469,16 @@ def main() -> None:
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("no CUDA device: pass --device cpu --config drama3-tiny for a dry run")
     started, device, config = time.perf_counter(), torch.device(args.device), get_config(args.config)
+    plus = [p for p in args.kept_plus.split(",") if p]
+    if plus and not args.kept:
+        sys.exit("--kept-plus needs --kept")
+    kept = []  # resolved before the reference's minutes, so that a wrong id or transform fails at once
+    if args.kept:
+        title, kept_files = kept_engine(args.kept, config.name)
+        kept.append(("kept", [title], lambda: kept_files))
+        if plus:
+            plus_engine = plus_files(kept_files, plus)
+            kept.append(("kept_plus", [title, *plus], lambda: plus_engine))
     tol = load_target(REPO / "targets" / "drama3_h200.yaml").tolerances
     weights = init_weights(config, seed=0, device=device)
     sync()
@@ -469,9 +505,7 @@ def main() -> None:
     root = package_root("fast_check_")
     engines = [(name, [f"{t}({', '.join(f'{k}={v}' for k, v in o.items())})" for t, o in RECIPES[name]],
                 lambda name=name: recipe_files(RECIPES[name])) for name in names]
-    if args.kept:
-        title, kept_files = kept_engine(args.kept, config.name)
-        engines.insert(0, ("kept", [title], lambda: kept_files))
+    engines[:0] = kept
     alive: list[tuple[Report, object]] = []
     for i, (name, described, files) in enumerate(engines):
         if i and time.perf_counter() - started > args.budget_s:

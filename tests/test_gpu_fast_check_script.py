@@ -37,16 +37,29 @@ def test_dry_run_checks_the_best_kept_engine(tmp_path):
     kept_id = _kept_home(tmp_path / "home")
     out = tmp_path / "fc.json"
     done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--config", "drama3-tiny", "--device", "cpu",
-                           "--frames", "4", "--trials", "1", "--engines", "", "--kept", "best"],
+                           "--frames", "4", "--trials", "1", "--engines", "", "--kept", "best",
+                           "--kept-plus", "deltanet_conv_unfold"],
                           env=os.environ | {"SWARM_HOME": str(tmp_path / "home")}, capture_output=True, text=True,
                           timeout=300, check=False)
     assert done.returncode == 0, done.stderr
     reports = {r["engine"]: r for r in json.loads(out.read_text())["reports"]}
-    assert sorted(reports) == ["kept", "reference"]
-    kept = reports["kept"]
-    assert kept["error"] is None and kept["transforms"] == [f"{kept_id}: same"]
-    assert kept["correctness"] and not any(c["problems"] for c in kept["correctness"])
-    assert sorted(kept["prompts"]) == ["hello", "sentences", "voice"]
+    assert sorted(reports) == ["kept", "kept_plus", "reference"]
+    assert reports["kept"]["transforms"] == [f"{kept_id}: same"]
+    assert reports["kept_plus"]["transforms"] == [f"{kept_id}: same", "deltanet_conv_unfold"]
+    for kept in (reports["kept"], reports["kept_plus"]):
+        assert kept["error"] is None
+        assert kept["correctness"] and not any(c["problems"] for c in kept["correctness"])
+        assert sorted(kept["prompts"]) == ["hello", "sentences", "voice"]
+
+
+def test_a_renewal_the_kept_engine_cannot_take_is_a_clear_error(tmp_path):
+    _kept_home(tmp_path / "home")
+    done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path / "x.json"), "--config", "drama3-tiny",
+                           "--device", "cpu", "--engines", "", "--kept", "best", "--kept-plus",
+                           "renew:triton_prefill_moe"],
+                          env=os.environ | {"SWARM_HOME": str(tmp_path / "home")}, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 1 and "--kept-plus: renew:triton_prefill_moe: the engine has today's files" in done.stderr
 
 
 def test_no_kept_engine_is_a_clear_error(tmp_path):

@@ -21,6 +21,7 @@ from .triton_fp8_moe import triton_fp8_moe
 from .triton_moe_block import triton_moe_block
 from .triton_moe_fused import triton_moe_fused
 from .triton_prefill_moe import triton_prefill_moe
+from .triton_prefill_route import triton_prefill_route
 from .triton_sampling import triton_sampling
 from .triton_tower import triton_tower
 
@@ -30,7 +31,7 @@ ALL: tuple[Transform, ...] = (fp8_dequant_at_build, moe_dispatch, rope_tables, g
                               cuda_graph_prefill, graph_topk_sampling, inductor_decode_steps, triton_moe_fused,
                               triton_sampling, triton_tower, triton_backbone_attention,
                               triton_backbone_deltanet, triton_moe_block, codec_overlap,
-                              inductor_codec)
+                              inductor_codec, triton_prefill_route)
 TRANSFORMS: dict[str, Transform] = {t.name: t for t in ALL}
 
 __all__ = ["ALL", "TRANSFORMS", "NotApplicable", "Params", "Patch", "Transform"]

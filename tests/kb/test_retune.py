@@ -16,9 +16,9 @@ from swarm.proposal import FileEdit
 REFERENCE = Path(__file__).resolve().parents[2] / "reference_runtime" / "model"
 # every transform with knobs, each after its prerequisites; triton_moe_fused after the others: it retires
 # triton_fp8_moe's file
-STACK = ["cuda_graph_frame", "triton_fp8_moe", "triton_prefill_moe", "triton_deltanet", "triton_tower",
-         "triton_sampling", "triton_backbone_deltanet", "triton_moe_fused", "triton_backbone_attention",
-         "triton_moe_block"]
+STACK = ["cuda_graph_frame", "triton_fp8_moe", "triton_prefill_moe", "triton_prefill_route", "triton_deltanet",
+         "triton_tower", "triton_sampling", "triton_backbone_deltanet", "triton_moe_fused",
+         "triton_backbone_attention", "triton_moe_block"]
 
 
 def _apply(files: dict[str, str], patches) -> dict[str, str]:

@@ -23,6 +23,7 @@ from knowledge_base.transforms.cuda_graph_frame import cuda_graph_frame
 from knowledge_base.transforms.cuda_graph_prefill import cuda_graph_prefill
 from knowledge_base.transforms.triton_deltanet import triton_deltanet
 from knowledge_base.transforms.triton_prefill_moe import triton_prefill_moe
+from knowledge_base.transforms.triton_prefill_route import triton_prefill_route
 from reference_runtime.bench import bench_requests
 from reference_runtime.config import get_config
 from reference_runtime.model import build_engine
@@ -49,21 +50,24 @@ def packages(tmp_path_factory):
     base = transformed(engine_files(REFERENCE), [cuda_graph_frame, triton_prefill_moe, chunked])
     with pytest.MonkeyPatch.context() as m:
         m.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
-        return {on: load(transformed(base, [_variant(on)]), root) for on in (False, True)}
+        packages = {on: load(transformed(base, [_variant(on)]), root) for on in (False, True)}
+        packages["routed"] = load(transformed(base, [_variant(True), triton_prefill_route]), root)
+        return packages
 
 
 def test_compile_steps_compiles_the_layer_and_tower_steps(packages):
     assert next(cuda_graph_prefill.variants())["compile_steps"] is True  # the expected fastest first
-    for on, pkg in packages.items():
+    for on, pkg in ((False, packages[False]), (True, packages[True])):
         program = importlib.import_module(f"{pkg.__name__}.prefill_program")
         assert program.COMPILE_STEPS is on
         assert all(hasattr(step, "_torchdynamo_orig_callable") is on for step in (program.backbone_layer,
                                                                                   program.tower))
 
 
-def test_one_compile_serves_every_bucket_and_matches_the_reference(packages):
+@pytest.mark.parametrize("engine", [True, "routed"])  # "routed": with triton_prefill_route's op in each layer
+def test_one_compile_serves_every_bucket_and_matches_the_reference(packages, engine):
     weights = init_weights(CFG, seed=0, device="cpu")
-    ref, eng = build_engine(CFG, weights, "cpu"), packages[True].build_engine(CFG, weights, "cpu")
+    ref, eng = build_engine(CFG, weights, "cpu"), packages[engine].build_engine(CFG, weights, "cpu")
     request = bench_requests(CFG, FRAMES)["hello"]
     prompt, frames = build_rows(CFG, request, ref.tokenizer), ref.generate(request).frames
     assert prompt.shape[0] == 52

@@ -1,0 +1,78 @@
+"""triton_prefill_route on CPU through the Triton interpreter, run by test_triton_interpreter.py in a process
+started with TRITON_INTERPRET=1: the routing kernel picks experts of the probabilities torch's softmax and topk pick, with
+their renormalised weights and counts, at tiny and full routing sizes; exact ties go to the lower expert id; and the
+transformed engine's teacher-forced logits and expert counts match the reference on drama3-tiny. The compiled
+prefill with it: interpret_compiled_prefill.py."""
+from __future__ import annotations
+
+import importlib
+import os
+
+import pytest
+import torch
+from test_cuda_graphs import REFERENCE, load, transformed
+
+from candidates.repo import engine_files
+from knowledge_base.transforms import NotApplicable
+from knowledge_base.transforms.triton_prefill_moe import triton_prefill_moe
+from knowledge_base.transforms.triton_prefill_route import triton_prefill_route
+from reference_runtime.api import TTSRequest
+from reference_runtime.config import get_config
+from reference_runtime.model import build_engine
+from reference_runtime.prompt import build_rows
+from reference_runtime.teacher_forcing import teacher_forced
+from reference_runtime.weights import init_weights
+
+pytest.importorskip("triton")
+assert os.environ.get("TRITON_INTERPRET") == "1", "run through test_triton_interpreter.py (TRITON_INTERPRET=1)"
+CFG = get_config("drama3-tiny")
+
+
+@pytest.fixture(scope="module")
+def pkg(tmp_path_factory):
+    files = transformed(engine_files(REFERENCE), [triton_prefill_moe, triton_prefill_route])
+    return load(files, tmp_path_factory.mktemp("pkg"))
+
+
+def test_needs_the_grouped_prefill_moe():
+    assert triton_prefill_route.requires == ("triton_prefill_moe",)
+    with pytest.raises(NotApplicable):
+        triton_prefill_route.apply(engine_files(REFERENCE), next(triton_prefill_route.variants()))
+
+
+@pytest.mark.parametrize(("tokens", "num_experts", "k"), [(1, 8, 2), (7, 8, 2), (300, 256, 8), (5, 6, 3)])
+def test_picks_torch_softmax_topk(pkg, tokens, num_experts, k):
+    route = importlib.import_module(f"{pkg.__name__}.prefill_route")
+    gen = torch.Generator().manual_seed(tokens)
+    logits = (torch.randn(tokens, num_experts, generator=gen) * 3).to(torch.bfloat16)
+    counts = torch.arange(num_experts)  # counts add to what is there
+    weights, experts = route.prefill_route(logits, k, counts)
+    probs = torch.softmax(logits.float(), dim=-1)
+    top = probs.topk(k, dim=-1).values
+    # bf16 logits tie often at 256 experts, and torch's topk orders ties as it likes: the picks are k distinct
+    # experts holding the k largest probabilities, in descending order
+    assert torch.equal(probs.gather(1, experts), top)
+    assert all(len(set(row)) == k for row in experts.tolist())
+    torch.testing.assert_close(weights, top / top.sum(-1, keepdim=True), atol=1e-6, rtol=1e-6)
+    assert torch.equal(counts, torch.arange(num_experts) + torch.bincount(experts.flatten(), minlength=num_experts))
+
+
+def test_exact_ties_pick_the_lower_expert(pkg):
+    route = importlib.import_module(f"{pkg.__name__}.prefill_route")
+    logits = torch.tensor([[0.0, 2.0, 1.0, 2.0, 1.0, 0.0, 0.0, 0.0]])
+    weights, experts = route.prefill_route(logits, 3, torch.zeros(8, dtype=torch.long))
+    assert experts.tolist() == [[1, 3, 2]]
+    torch.testing.assert_close(weights.sum(-1), torch.ones(1))
+
+
+def test_engine_teacher_forced_logits_match_reference(pkg):
+    weights = init_weights(CFG, seed=0, device="cpu")
+    ref, eng = build_engine(CFG, weights, "cpu"), pkg.build_engine(CFG, weights, "cpu")
+    request = TTSRequest(text="Hello there", max_frames=3, ignore_eos=True, seed=1)
+    frames = ref.generate(request).frames
+    rows = build_rows(CFG, request, ref.tokenizer)
+    before = ref.model.backbone.expert_counts()
+    want, got = teacher_forced(ref, rows, frames), teacher_forced(eng, rows, frames)
+    torch.testing.assert_close(got.main, want.main, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(got.codes, want.codes, atol=1e-4, rtol=1e-4)
+    assert torch.equal(eng.model.backbone.expert_counts(), ref.model.backbone.expert_counts() - before)
