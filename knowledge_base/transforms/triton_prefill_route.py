@@ -1,12 +1,19 @@
-"""triton_prefill_route: the eager MoE's routing (the whole prefill's, compiled or not) as one Triton kernel per
-layer, on top of triton_prefill_moe: the softmax, top-k, renormalisation and the expert count in one launch. The
-kernel file lives in templates/triton_prefill_route/.
+"""triton_prefill_route: the front of the eager MoE (the whole prefill's, compiled or not), on top of
+triton_prefill_moe: the router and the shared expert's gate, up and gate-of-the-expert projections as one GEMM of
+a matrix concatenated at build (+5 MB per layer at full size), and the routing (softmax, top-k, renormalisation,
+expert count) as one Triton kernel. The kernel file lives in templates/triton_prefill_route/.
 """
 from __future__ import annotations
 
 from .base import Files, Knobs, Params, Patch, Transform, replace_once, template_files
 
 MOE = "moe.py"
+_COUNTS = "        self.expert_counts = torch.zeros(E, dtype=torch.long, device=device)\n"
+_FRONT = """\
+        # the router and the shared expert's three projections as one matrix: one GEMM of a prompt's rows
+        self.front = torch.cat((self.router, self.shared_gate, self.shared_up, self.shared_expert_gate))
+        self.front_sizes = (E, shared, shared, 1)
+"""
 _CALL = """\
         weights, experts = self.route(x)
         if x.is_cuda or os.environ.get("TRITON_INTERPRET") == "1":  # Triton is imported only where it can run
@@ -16,9 +23,17 @@ _ROUTED = """\
         if x.is_cuda or os.environ.get("TRITON_INTERPRET") == "1":  # Triton is imported only where it can run
             from .prefill_route import prefill_route
 
-            weights, experts = prefill_route(F.linear(x, self.router), self.top_k, self.expert_counts)
-            return self._fused(x, weights, experts)
+            logits, gate, up, expert_gate = F.linear(x, self.front).split(self.front_sizes, dim=-1)
+            weights, experts = prefill_route(logits, self.top_k, self.expert_counts)
+            shared = F.linear(F.silu(gate) * up, self.shared_down) * torch.sigmoid(expert_gate)
+            return self._fused(x, weights, experts, shared)
         weights, experts = self.route(x)
+"""
+_SIGNATURE = "    def _fused(self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:\n"
+_SHARED = """\
+                                  self.down_scale, self.block)
+        shared = swiglu(x, self.shared_gate, self.shared_up, self.shared_down)
+        shared = shared * torch.sigmoid(F.linear(x, self.shared_expert_gate))
 """
 _COUNT = "        self.expert_counts.index_add_(0, experts.flatten(), torch.ones_like(experts.flatten()))\n"
 _DOC = "expert counts by index_add_: bincount sizes its output on the host)."
@@ -35,21 +50,26 @@ def _apply(files: Files, params: Params) -> list[Patch]:
     return [
         *template_files(files, "triton_prefill_route"),
         KNOBS.patch({"rows": rows, "num_warps": warps}),
+        replace_once(files, MOE, _COUNTS, _COUNTS + _FRONT),
         replace_once(files, MOE, _CALL, _ROUTED),
+        replace_once(files, MOE, _SIGNATURE, _SIGNATURE.replace("experts: torch.Tensor)",
+                                                                "experts: torch.Tensor,\n               shared: torch.Tensor)")),
+        replace_once(files, MOE, _SHARED, _SHARED.splitlines(keepends=True)[0]),
         replace_once(files, MOE, _COUNT, ""),
-        replace_once(files, MOE, _DOC, "expert counts come with the routing: prefill_route)."),
+        replace_once(files, MOE, _DOC, "expert counts come with the routing: prefill_route; `shared` is the "
+                                       "shared expert's output)."),
     ]
 
 
 triton_prefill_route = Transform(
     name="triton_prefill_route",
     # a guess from the H200 profile of the kept engine's prefill (session 16): the router's topk took 0.40 ms of
-    # the longest prompt's 26.9 ms of prefill kernels, and with the softmax, division and count it is 5-6 of the
-    # ~90 launches per layer; time to first audio, not frames/s, is what it moves
+    # the longest prompt's 26.9 ms of prefill kernels, and with the softmax, division, count and three of the four
+    # front GEMMs it is ~8 of the ~90 launches per layer; time to first audio, not frames/s, is what it moves
     impact={"cuda": 1.01},
-    summary="run the prefill MoE's routing (softmax over the experts, top-k, renormalisation and the expert "
-            "count) as one Triton kernel per layer instead of five to six launches, the topk among them: a "
-            "shorter prefill, so an earlier first audio",
+    summary="run the prefill MoE's front as two launches per layer: one GEMM for the router and the shared "
+            "expert's three projections, one Triton kernel for the routing (softmax, top-k, renormalisation, "
+            "expert count), instead of four GEMMs and five to six routing launches: an earlier first audio",
     feature="fp8_moe",
     devices=frozenset({"cuda"}),
     knobs=KNOBS,

@@ -44,7 +44,8 @@ def test_needs_the_grouped_prefill_moe():
 def test_picks_torch_softmax_topk(pkg, tokens, num_experts, k):
     route = importlib.import_module(f"{pkg.__name__}.prefill_route")
     gen = torch.Generator().manual_seed(tokens)
-    logits = (torch.randn(tokens, num_experts, generator=gen) * 3).to(torch.bfloat16)
+    wide = (torch.randn(tokens, num_experts + 5, generator=gen) * 3).to(torch.bfloat16)
+    logits = wide[:, :num_experts]  # the router's columns of the front GEMM: strided rows
     counts = torch.arange(num_experts)  # counts add to what is there
     weights, experts = route.prefill_route(logits, k, counts)
     probs = torch.softmax(logits.float(), dim=-1)

@@ -18,13 +18,13 @@ _NAMESPACE = __package__.replace(".", "_")
 
 
 @triton.jit
-def _route_kernel(logits_ptr, weights_ptr, experts_ptr, counts_ptr, T, E: tl.constexpr, EP: tl.constexpr,
+def _route_kernel(logits_ptr, weights_ptr, experts_ptr, counts_ptr, T, stride, E: tl.constexpr, EP: tl.constexpr,
                   K: tl.constexpr, KP: tl.constexpr, ROWS: tl.constexpr):
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, EP)
     slots = tl.arange(0, KP)
     live = rows < T
-    logits = tl.load(logits_ptr + rows[:, None] * E + cols[None, :], mask=live[:, None] & (cols < E)[None, :],
+    logits = tl.load(logits_ptr + rows[:, None] * stride + cols[None, :], mask=live[:, None] & (cols < E)[None, :],
                      other=float("-inf")).to(tl.float32)
     logits = tl.where(live[:, None], logits, 0.0)  # a row past T computes on zeros and is never stored
     p = tl.exp(logits - tl.max(logits, axis=1)[:, None])  # the softmax as torch takes it
@@ -52,8 +52,10 @@ def prefill_route(logits: torch.Tensor, k: int, counts: torch.Tensor) -> tuple[t
     T, E = logits.shape
     weights = torch.empty((T, k), dtype=torch.float32, device=logits.device)
     experts = torch.empty((T, k), dtype=torch.long, device=logits.device)
+    if logits.stride(1) != 1:  # rows may be strided (the router's columns of a wider GEMM), columns not
+        logits = logits.contiguous()
     if T:
-        _route_kernel[(triton.cdiv(T, ROWS),)](logits.contiguous(), weights, experts, counts, T, E,
+        _route_kernel[(triton.cdiv(T, ROWS),)](logits, weights, experts, counts, T, logits.stride(0), E,
                                                 triton.next_power_of_2(E), k, triton.next_power_of_2(k), ROWS,
                                                 num_warps=NUM_WARPS)
     return weights, experts
