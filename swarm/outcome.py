@@ -9,6 +9,7 @@ from pathlib import PurePosixPath
 from evaluator.verdict import Status, Verdict
 from knowledge_base import CandidateRecord, EngineKey, Figures, KeptEngine, LessonRecord, VerdictRecord
 from knowledge_base.transforms import TRANSFORMS
+from knowledge_base.transforms.base import FIRST_AUDIO_AIM
 from targets.schema import AcceptanceSpec
 
 from .proposal import Proposal, parent_label
@@ -103,23 +104,33 @@ def rejection(candidate: CandidateRecord, status: str, error: str, feature: str,
     return record, lesson
 
 
+def _criteria(acceptance: AcceptanceSpec, figures: Figures, speedup_vs_baseline: float
+              ) -> list[tuple[str, str, float, float | None, str]]:
+    """(aim, label, goal, value, op) of each criterion the acceptance sets; aims are its field names."""
+    checks = [
+        ("frames_per_s", "frames/s p50", acceptance.frames_per_s, figures.frames_per_s, ">="),
+        (FIRST_AUDIO_AIM, "TTFA p50 ms", acceptance.ttfa_ms, figures.ttfa_ms, "<="),
+        ("rtf", "RTF p50", acceptance.rtf, figures.rtf, "<="),
+        ("speedup", "speedup vs the run's baseline", acceptance.speedup, speedup_vs_baseline, ">="),
+    ]
+    return [c for c in checks if c[2] is not None]
+
+
+def _missed(goal: float, value: float | None, op: str) -> bool:
+    return value is None or not (value >= goal if op == ">=" else value <= goal)
+
+
 def unmet_criteria(acceptance: AcceptanceSpec, figures: Figures, speedup_vs_baseline: float) -> list[str]:
     """Acceptance criteria the engine does not meet yet, human-readable; [] when all hold."""
-    checks = [
-        ("frames/s p50", acceptance.frames_per_s, figures.frames_per_s, ">="),
-        ("TTFA p50 ms", acceptance.ttfa_ms, figures.ttfa_ms, "<="),
-        ("RTF p50", acceptance.rtf, figures.rtf, "<="),
-        ("speedup vs the run's baseline", acceptance.speedup, speedup_vs_baseline, ">="),
-    ]
-    unmet = []
-    for name, goal, value, op in checks:
-        if goal is None:
-            continue
-        ok = value is not None and (value >= goal if op == ">=" else value <= goal)
-        if not ok:
-            now = "not measured" if value is None else f"{value:.4g}"
-            unmet.append(f"{name} {op} {goal:g} (now {now})")
-    return unmet
+    return [f"{label} {op} {goal:g} (now {'not measured' if value is None else f'{value:.4g}'})"
+            for _, label, goal, value, op in _criteria(acceptance, figures, speedup_vs_baseline)
+            if _missed(goal, value, op)]
+
+
+def unmet_aims(acceptance: AcceptanceSpec, figures: Figures, speedup_vs_baseline: float) -> list[str]:
+    """The AcceptanceSpec fields of the criteria unmet_criteria lists: what the offline proposer's priors weigh."""
+    return [aim for aim, _, goal, value, op in _criteria(acceptance, figures, speedup_vs_baseline)
+            if _missed(goal, value, op)]
 
 
 def has_criteria(acceptance: AcceptanceSpec) -> bool:

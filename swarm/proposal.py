@@ -44,6 +44,7 @@ class ProposalContext(_Model):
     # the parent's profile as data: kernel (or CPU op) name -> self ms per streamed frame, its largest rows
     parent_kernels: dict[str, float] = {}
     acceptance: str  # the acceptance criteria still unmet, human-readable
+    unmet_aims: list[str] = []  # the AcceptanceSpec fields of those criteria (swarm.outcome.unmet_aims)
     failures: list[str] = []  # evidence of recent failing verdicts (and edit errors) to avoid repeating
     lessons: list[Lesson] = []
     applied_transforms: list[str] = []  # transforms already in the parent's lineage

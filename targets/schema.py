@@ -64,7 +64,7 @@ class BenchmarkSpec(_Strict):
     max_warm_trials: PositiveInt | None = None
     warmup_trials: int = 2
     first_chunk_frames: PositiveInt = 1
-    min_speedup: PositiveFloat = 1.03  # lower CI bound on the frames/s ratio must clear this
+    min_speedup: PositiveFloat = 1.03  # lower CI bound on the frames/s ratio, or on the TTFA ratio, must clear this
     max_plausible_speedup: PositiveFloat = 20.0  # above this the verdict is cheat_suspected (manual review)
     confidence: Frac = 0.95
 

@@ -22,10 +22,11 @@ deltanet_conv_unfold = Transform(
     name="deltanet_conv_unfold",
     impact={"cpu": 1.037,  # measured in the CPU demo (on fp8_dequant_at_build + gqa_sdpa)
             # a guess: eager, a GPU runs conv1d as one kernel and unfold-multiply-sum as several, and the graphed
-            # frame has its own DeltaNet step; but in the inductor-compiled prefill (cuda_graph_prefill) the taps
-            # fuse into the next kernel, and the conv1d kernel they replace took 0.73 ms of the longest prompt's
-            # 26.9 ms of prefill kernels on the H200 (session 16): time to first audio, not frames/s
-            "cuda": 1.005},
+            # frame has its own DeltaNet step
+            "cuda": 1.0},
+    # a guess: in the inductor-compiled prefill (cuda_graph_prefill) the taps fuse into the next kernel, and the
+    # conv1d kernel they replace took 0.73 ms of the longest prompt's 30.6 ms prefill on the H200 (session 16)
+    first_audio={"cuda": 1.02},
     summary="compute the Gated DeltaNet causal depthwise conv (kernel 4) as unfold-multiply-sum instead of a "
             "grouped conv1d call per layer and step",
     feature="gated_deltanet",

@@ -28,6 +28,7 @@ inductor_codec = Transform(
     # per window 2.60 -> 1.32 ms at 1 frame, 3.41 -> 1.84 at 10, 6.63 -> 3.97 at 64: ~1.3 ms of time to first audio
     # and ~8 ms of a 64-frame stream's ~250 ms
     impact={"cuda": 1.03},
+    first_audio={"cuda": 1.05},  # the 1.3 ms of a 1-frame window, of session 16's 26.5-33.9 ms TTFA
     summary="compile the codec with inductor before each window length's CUDA graph capture: its elementwise ops "
             "fuse around the convolutions, cutting a window's kernel count and time to first audio",
     feature="codec",

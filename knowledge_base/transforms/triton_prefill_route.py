@@ -63,10 +63,13 @@ def _apply(files: Files, params: Params) -> list[Patch]:
 
 triton_prefill_route = Transform(
     name="triton_prefill_route",
-    # a guess from the H200 profile of the kept engine's prefill (session 16): the router's topk took 0.40 ms of
-    # the longest prompt's 26.9 ms of prefill kernels, and with the softmax, division, count and three of the four
-    # front GEMMs it is ~8 of the ~90 launches per layer; time to first audio, not frames/s, is what it moves
-    impact={"cuda": 1.01},
+    # the decode frame does not run this code: no frames/s gain. The H200 profile of the kept engine's prefill
+    # (session 16): the router's topk took 0.40 ms of the longest prompt's 26.9 ms of prefill kernels, and with the
+    # softmax, division, count and three of the four front GEMMs it is ~8 of the ~90 launches per layer
+    impact={"cuda": 1.0},
+    # a guess from the same profile: ~8 launches of a few us each per layer and the 0.40 ms topk, ~1.1 ms of
+    # 26.5-33.9 ms of TTFA
+    first_audio={"cuda": 1.035},
     summary="run the prefill MoE's front as two launches per layer: one GEMM for the router and the shared "
             "expert's three projections, one Triton kernel for the routing (softmax, top-k, renormalisation, "
             "expert count), instead of four GEMMs and five to six routing launches: an earlier first audio",

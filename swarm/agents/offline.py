@@ -4,7 +4,8 @@
 Choices are a function of (iteration, slot). Slot 0 exploits: it stacks every transform that lessons say
 "worked" or was "promising" (correct and faster, but under the noise band alone), so small real gains add up
 to one that clears it. The other slots explore: untried transforms, highest prior on the target's device first
-(`Transform.prior`), one slot each. It skips transforms already in the parent's lineage, whose prerequisites are
+(`Transform.prior`; while the parent misses its time-to-first-audio goal, a transform that shortens the prefill
+or the first codec window ranks by its TTFA prior), one slot each. It skips transforms already in the parent's lineage, whose prerequisites are
 missing or whose code is gone, and ranks failed ones last. It never repeats a variant (`name(k=v)`) named in a
 failure, except one that was correct and only not faster on another parent: timing is the parent's, and on a
 faster parent the same change can be a larger share of the time. Nor does it explore what this run already proposed
@@ -137,19 +138,25 @@ def _member_lessons(context: ProposalContext) -> list[Lesson]:
     return [x for x in context.lessons if _cites_members(x.summary)]
 
 
+def _prior(transform: Transform, context: ProposalContext) -> float:
+    """The transform's prior on the context's device, for the figures the parent still misses: while time to first
+    audio misses its goal, transforms that shorten it rank by that."""
+    return transform.prior(context.device, frozenset(context.unmet_aims))
+
+
 def _explore_options(context: ProposalContext, ranking: list[tuple[Transform, int]],
                      renewals: list[_Choice]) -> list[Transform | _Choice]:
     """What the exploring slots take in turn: renewals, then untried transforms by prior (all of them if none is
     untried), with the retunes of the lineage's transforms before those whose prior is under RETUNE_PRIOR."""
     fresh = [t for t, score in ranking if score == 0] or [t for t, _ in ranking]
-    above = [t for t in fresh if t.prior(context.device) >= RETUNE_PRIOR]
+    above = [t for t in fresh if _prior(t, context) >= RETUNE_PRIOR]
     return renewals + above + _retunes(context) + [t for t in fresh if t not in above]
 
 
 def _lineage(context: ProposalContext) -> list[Transform]:
     """The lineage's known transforms, highest prior on the device first."""
     names = sorted({n for n in context.applied_transforms if n in TRANSFORMS},
-                   key=lambda n: (-TRANSFORMS[n].prior(context.device), n))
+                   key=lambda n: (-_prior(TRANSFORMS[n], context), n))
     return [TRANSFORMS[n] for n in names]
 
 
@@ -215,7 +222,7 @@ def _ranking(context: ProposalContext) -> list[tuple[Transform, int]]:
     for score in sorted({s for _, s in scored}, reverse=True):
         tier = [(t, s) for t, s in scored if s == score]
         rng.shuffle(tier)
-        ranking += sorted(tier, key=lambda ts: -ts[0].prior(context.device))  # stable: equal priors keep the shuffle
+        ranking += sorted(tier, key=lambda ts: -_prior(ts[0], context))  # stable: equal priors keep the shuffle
     return ranking
 
 
@@ -295,7 +302,7 @@ def _leap(context: ProposalContext, banned: str) -> list[_Choice]:
         waiting.remove(transform)
     have = set(context.applied_transforms)
     pending = sorted((t for t in TRANSFORMS.values() if context.device in t.proven and t.name not in have
-                      and t.prior(context.device) > 1.0), key=lambda t: -t.prior(context.device))
+                      and _prior(t, context) > 1.0), key=lambda t: -_prior(t, context))
     order: list[Transform] = []
     while ready := [t for t in pending if set(t.requires) <= have]:
         order.append(ready[0])

@@ -1,6 +1,8 @@
 """The offline proposer over the real transform registry and the real reference engine files."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from engine_copies import REQUEST, TINY, transformed
@@ -201,6 +203,24 @@ def test_exploration_follows_the_priors_of_the_targets_device(reference_run, mon
 
     assert explored("cuda", 3) == ["gpu_leaning", "gpu_only", "portable"]
     assert explored("cpu", 2) == ["portable", "gpu_leaning"]
+
+
+def test_while_ttfa_misses_its_goal_transforms_that_shorten_it_are_explored_first(reference_run, monkeypatch):
+    """Session 16's kept engine missed 15 ms TTFA by 1.8-2.3x and 400 frames/s by 1.4x: the prefill's transforms
+    rank by their TTFA prior while TTFA misses, and by frames/s alone once it holds."""
+    registry = [marker_transform("decode_kernel", {"cuda"}, {"cuda": 1.2}),
+                dataclasses.replace(marker_transform("prefill_kernel", {"cuda"}, {}), first_audio={"cuda": 1.3}),
+                dataclasses.replace(marker_transform("both", {"cuda"}, {"cuda": 1.1}), first_audio={"cuda": 1.25})]
+    monkeypatch.setattr(offline, "TRANSFORMS", {t.name: t for t in registry})
+
+    def explored(aims: list[str]) -> list[str]:
+        return [name for s in range(3) for name in OfflineAgent("o").propose(
+            context_for(reference_run.files, device="cuda", gpu="h200", slot=s, unmet_aims=aims)).transforms]
+
+    assert explored(["frames_per_s", "ttfa_ms", "rtf"]) == ["prefill_kernel", "both", "decode_kernel"]
+    assert explored(["ttfa_ms"]) == ["prefill_kernel", "both", "decode_kernel"]  # frames/s priors count for nothing
+    assert explored(["frames_per_s", "rtf"]) == ["decode_kernel", "both", "prefill_kernel"]
+    assert explored([]) == ["decode_kernel", "both", "prefill_kernel"]  # no goal named: frames/s, the judge's default
 
 
 def test_on_the_h200_kept_engine_gpu_transforms_are_explored_before_cpu_measured_ones(reference_run):

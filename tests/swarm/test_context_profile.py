@@ -1,5 +1,6 @@
 """The parent's profile in what agents see: a kept parent's own (from the PASS verdict that kept it), the run's
-baseline's from the first verdict measured against it, rendered short enough for the prompt, and as data."""
+baseline's from the first verdict measured against it, rendered short enough for the prompt, and as data; and
+the acceptance criteria still unmet, as text and as the fields the offline proposer's priors weigh."""
 from __future__ import annotations
 
 from loop_helpers import fake_swarm, small_target
@@ -43,3 +44,12 @@ def test_a_full_profile_stays_within_the_prompt_budget():
     text = describe_profile(Profile(source="cuda", frames=8, rows=rows, total_ms_per_frame=9.0,
                                     total_calls_per_frame=40.0))
     assert len(text.splitlines()) <= 14 and "CUDA kernels" in text and "9.000 ms" in text
+
+
+def test_agents_see_the_unmet_criteria_as_text_and_as_aims():
+    agent = FakeAgent("a", {})
+    with fake_swarm(small_target(acceptance={"speedup": 5.0, "ttfa_ms": 0.001}), [agent]) as swarm:
+        swarm.start()
+    context = agent.contexts[0]
+    assert context.unmet_aims == ["ttfa_ms", "speedup"]
+    assert "TTFA p50 ms <= 0.001" in context.acceptance and "first audio" in context.acceptance

@@ -1,8 +1,11 @@
-"""Lesson outcomes: a correct candidate that is faster with confidence but under the noise band is promising."""
+"""Lesson outcomes: a correct candidate that is faster with confidence but under the noise band is promising; the
+acceptance criteria an engine misses."""
 from __future__ import annotations
 
 from evaluator.verdict import Comparison, Status, Verdict
-from swarm.outcome import is_promising, lesson_outcome
+from knowledge_base import Figures
+from swarm.outcome import is_promising, lesson_outcome, unmet_aims, unmet_criteria
+from targets.schema import AcceptanceSpec
 
 
 def verdict(status: Status, ci_low: float | None) -> Verdict:
@@ -19,3 +22,15 @@ def test_outcomes():
     assert lesson_outcome(verdict(Status.SLOWER, 0.98), kept=False) == "failed"  # CI reaches below 1
     assert lesson_outcome(verdict(Status.MISMATCH, None), kept=False) == "failed"
     assert not is_promising(verdict(Status.CHEAT_SUSPECTED, 1.5))
+
+
+def test_unmet_aims_name_the_acceptance_fields_unmet_criteria_list():
+    """Session 16's kept engine on the H200 target: every figure misses; with TTFA met, the others remain."""
+    acceptance = AcceptanceSpec(frames_per_s=400, ttfa_ms=15, rtf=0.06)
+    kept = Figures(frames_per_s=281.2, ttfa_ms=26.5, rtf=0.077)
+    assert unmet_aims(acceptance, kept, 1.2) == ["frames_per_s", "ttfa_ms", "rtf"]
+    assert len(unmet_criteria(acceptance, kept, 1.2)) == 3
+    sooner = Figures(frames_per_s=281.2, ttfa_ms=14.0, rtf=0.077)
+    assert unmet_aims(acceptance, sooner, 1.2) == ["frames_per_s", "rtf"]
+    assert unmet_aims(AcceptanceSpec(speedup=1.5), kept, 1.2) == ["speedup"]
+    assert unmet_aims(AcceptanceSpec(ttfa_ms=15), Figures(), 1.0) == ["ttfa_ms"]  # unmeasured
