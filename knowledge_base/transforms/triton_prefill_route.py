@@ -1,18 +1,20 @@
 """triton_prefill_route: the front of the eager MoE (the whole prefill's, compiled or not), on top of
 triton_prefill_moe: the router and the shared expert's gate, up and gate-of-the-expert projections as one GEMM of
 a matrix concatenated at build (+5 MB per layer at full size), and the routing (softmax, top-k, renormalisation,
-expert count) as one Triton kernel. The kernel file lives in templates/triton_prefill_route/.
+expert count) as one Triton kernel. In cuda_graph_prefill's padded buckets, the rows past the prompt route to no
+expert, so they read no expert weights. The kernel file lives in templates/triton_prefill_route/.
 """
 from __future__ import annotations
 
-from .base import Files, Knobs, Params, Patch, Transform, replace_once, template_files
+from .base import TEMPLATES, Files, Knobs, NotApplicable, Params, Patch, Transform, replace_once, template_files
 
-MOE = "moe.py"
+MOE, GROUPED = "moe.py", "grouped_moe.py"
 _COUNTS = "        self.expert_counts = torch.zeros(E, dtype=torch.long, device=device)\n"
 _FRONT = """\
         # the router and the shared expert's three projections as one matrix: one GEMM of a prompt's rows
         self.front = torch.cat((self.router, self.shared_gate, self.shared_up, self.shared_expert_gate))
         self.front_sizes = (E, shared, shared, 1)
+        self.valid: torch.Tensor | None = None  # a padded prefill's prompt rows (on the device): the rest route nowhere
 """
 _CALL = """\
         weights, experts = self.route(x)
@@ -24,7 +26,7 @@ _ROUTED = """\
             from .prefill_route import prefill_route
 
             logits, gate, up, expert_gate = F.linear(x, self.front).split(self.front_sizes, dim=-1)
-            weights, experts = prefill_route(logits, self.top_k, self.expert_counts)
+            weights, experts = prefill_route(logits, self.top_k, self.expert_counts, self.valid)
             shared = F.linear(F.silu(gate) * up, self.shared_down) * torch.sigmoid(expert_gate)
             return self._fused(x, weights, experts, shared)
         weights, experts = self.route(x)
@@ -36,6 +38,19 @@ _SHARED = """\
         shared = shared * torch.sigmoid(F.linear(x, self.shared_expert_gate))
 """
 _COUNT = "        self.expert_counts.index_add_(0, experts.flatten(), torch.ones_like(experts.flatten()))\n"
+PROGRAM = "prefill_program.py"
+_LAYERS = """\
+        for layer, cache in zip(backbone.layers, caches):
+            _dynamic_rows(x)
+            x = backbone_layer(layer, x, positions, cache)
+"""
+_LAYERS_VALID = """\
+        for layer, cache in zip(backbone.layers, caches):
+            _dynamic_rows(x)
+            layer.moe.valid = self.length  # the padding rows go to no expert: their picks would read weights
+            x = backbone_layer(layer, x, positions, cache)
+            layer.moe.valid = None  # every row of an eager call outside this program is real
+"""
 _DOC = "expert counts by index_add_: bincount sizes its output on the host)."
 KNOBS = Knobs("prefill_route_params.py", "triton_prefill_route", {
     "rows": "tokens per program",
@@ -43,17 +58,29 @@ KNOBS = Knobs("prefill_route_params.py", "triton_prefill_route", {
 })
 
 
+def _padding_patches(files: Files) -> list[Patch]:
+    """With cuda_graph_prefill, its program hands each layer's MoE the prompt's row count, so the bucket's padding
+    rows read no expert weights (the routed experts are most of a short prompt's prefill)."""
+    if PROGRAM not in files:
+        return []
+    return [replace_once(files, PROGRAM, _LAYERS, _LAYERS_VALID)]
+
+
 def _apply(files: Files, params: Params) -> list[Patch]:
     rows, warps = int(params["rows"]), int(params["num_warps"])
     if rows & (rows - 1) or warps & (warps - 1):
         raise ValueError(f"triton_prefill_route: rows ({rows}) and num_warps ({warps}) must be powers of two")
+    if files.get(GROUPED) != (TEMPLATES / "triton_prefill_moe" / GROUPED).read_text():
+        # an older grouped_moe.py takes no expert id -1 (a padding row's): it would index out of the stack
+        raise NotApplicable(f"{GROUPED}: older than today's; renew triton_prefill_moe first")
     return [
+        *_padding_patches(files),
         *template_files(files, "triton_prefill_route"),
         KNOBS.patch({"rows": rows, "num_warps": warps}),
         replace_once(files, MOE, _COUNTS, _COUNTS + _FRONT),
         replace_once(files, MOE, _CALL, _ROUTED),
-        replace_once(files, MOE, _SIGNATURE, _SIGNATURE.replace("experts: torch.Tensor)",
-                                                                "experts: torch.Tensor,\n               shared: torch.Tensor)")),
+        replace_once(files, MOE, _SIGNATURE, _SIGNATURE.replace(
+            "experts: torch.Tensor)", "experts: torch.Tensor,\n               shared: torch.Tensor)")),
         replace_once(files, MOE, _SHARED, _SHARED.splitlines(keepends=True)[0]),
         replace_once(files, MOE, _COUNT, ""),
         replace_once(files, MOE, _DOC, "expert counts come with the routing: prefill_route; `shared` is the "

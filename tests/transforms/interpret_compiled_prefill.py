@@ -4,8 +4,9 @@ aot_eager: inductor's C++ build takes minutes on 2 cores; inductor itself runs i
 kernels interpreted inside their custom ops. On drama3-tiny the teacher-forced logits match the reference in two
 row buckets, the second compiling nothing more (the rows are a dynamic dim), and dynamo breaks no graph (the
 kernels are opaque ops). The delta rule runs in chunks of 32 (triton_deltanet chunk_rows), so inside the program
-the chunked kernels stop at the prompt's device row count. The uncompiled variant: interpret_cuda_graph_prefill.py;
-inductor and capture on CUDA: tests/gpu/test_gpu_compiled_prefill.py."""
+the chunked kernels stop at the prompt's device row count. With triton_prefill_route on top, the same holds, and
+the padding rows route to no expert. The uncompiled variant: interpret_cuda_graph_prefill.py; inductor and capture
+on CUDA: tests/gpu/test_gpu_compiled_prefill.py."""
 from __future__ import annotations
 
 import dataclasses
@@ -24,6 +25,7 @@ from knowledge_base.transforms.cuda_graph_prefill import cuda_graph_prefill
 from knowledge_base.transforms.triton_deltanet import triton_deltanet
 from knowledge_base.transforms.triton_prefill_moe import triton_prefill_moe
 from knowledge_base.transforms.triton_prefill_route import triton_prefill_route
+from reference_runtime.api import SamplingParams
 from reference_runtime.bench import bench_requests
 from reference_runtime.config import get_config
 from reference_runtime.model import build_engine
@@ -80,3 +82,20 @@ def test_one_compile_serves_every_bucket_and_matches_the_reference(packages, eng
         graphs.append(counters["stats"]["unique_graphs"])
     assert graphs == [3, 3]  # a DeltaNet layer, an attention layer, the tower: once each
     assert not counters["graph_break"]
+
+
+def test_the_routed_prefill_counts_only_the_prompts_rows(packages):
+    """triton_prefill_route routes a bucket's padding rows to no expert: a prefill of 52 rows padded to 64 counts
+    the reference's picks over the 52 (without it, the padding's picks count too, and read their experts)."""
+    weights = init_weights(CFG, seed=0, device="cpu")
+    ref = build_engine(CFG, weights, "cpu")
+    rows = build_rows(CFG, bench_requests(CFG, FRAMES)["hello"], ref.tokenizer)
+
+    def counted(engine) -> torch.Tensor:
+        before = engine.model.backbone.expert_counts().clone()
+        engine.prefill(rows, SamplingParams(), 0)
+        return engine.model.backbone.expert_counts() - before
+
+    want = counted(ref)
+    assert torch.equal(counted(packages["routed"].build_engine(CFG, weights, "cpu")), want)
+    assert not torch.equal(counted(packages[True].build_engine(CFG, weights, "cpu")), want)

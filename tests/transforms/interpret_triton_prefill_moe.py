@@ -36,7 +36,7 @@ def pkg(tmp_path_factory):
 def _loop(x, weights, experts, gate_up, gate_up_scale, down, down_scale, block):
     """The reference's routed-expert loop, in fp32."""
     out = torch.zeros(x.shape)
-    for e in experts.unique().tolist():
+    for e in experts[experts >= 0].unique().tolist():  # -1: routed to no expert
         rows, slot = (experts == e).nonzero(as_tuple=True)
         gate, up = (x[rows] @ dequantize_blocks(gate_up[e], gate_up_scale[e], block).T).chunk(2, dim=-1)
         out.index_add_(0, rows, (torch.nn.functional.silu(gate) * up) @ dequantize_blocks(down[e], down_scale[e],
@@ -53,8 +53,10 @@ def test_applies_to_the_reference_with_or_without_other_moe_transforms():
             triton_prefill_moe.apply(files, params)
 
 
-@pytest.mark.parametrize(("tokens", "skew"), [(1, False), (7, True), (40, False), (300, True)])
-def test_grouped_kernels_match_the_expert_loop(pkg, tokens, skew):
+@pytest.mark.parametrize(("tokens", "skew", "unrouted"), [(1, False, 0), (7, True, 0), (40, False, 0), (300, True, 0),
+                                                     (40, False, 9)])
+def test_grouped_kernels_match_the_expert_loop(pkg, tokens, skew, unrouted):
+    """`unrouted`: that many last tokens routed to no expert (-1), as a prefill's padding rows are: zeros."""
     kernels = importlib.import_module(f"{pkg.__name__}.grouped_moe")
     E, H, inter, block, k = 8, 64, 32, 16, 2
     gen = torch.Generator().manual_seed(tokens)
@@ -64,22 +66,25 @@ def test_grouped_kernels_match_the_expert_loop(pkg, tokens, skew):
     scores = torch.rand(tokens, E, generator=gen) + (torch.arange(E) == 3) * 10 * skew  # skew: expert 3 in all
     top, experts = scores.topk(k, dim=-1)
     weights = top / top.sum(-1, keepdim=True)
+    experts[tokens - unrouted:] = -1
     got = kernels.grouped_fp8_experts(x, weights, experts, gate_up, gate_up_scale, down, down_scale, block)
     want = _loop(x, weights, experts, gate_up, gate_up_scale, down, down_scale, block)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert not got[tokens - unrouted:].any()
 
 
 def _check_layout(experts, num_experts, bm, slot_pairs, block_experts):
-    """Every pair in exactly one slot; each block holds one expert's pairs; each used expert's pairs fill
-    ceil(count / bm) consecutive blocks, the runs in expert order, and the unused blocks come last."""
+    """Every routed pair in exactly one slot (-1, routed to no expert: in none); each block holds one expert's pairs;
+    each used expert's pairs fill ceil(count / bm) consecutive blocks, the runs in expert order, and the unused
+    blocks come last."""
     flat = experts.flatten()
     assert block_experts.numel() == -(-flat.numel() // bm) + min(num_experts, flat.numel())
     assert slot_pairs.numel() == bm * block_experts.numel()
     for b, e in enumerate(block_experts.tolist()):
         pairs = [p for p in slot_pairs[bm * b:bm * (b + 1)].tolist() if p >= 0]
         assert (e < 0) == (not pairs) and all(flat[p] == e for p in pairs)
-    assert sorted(p for p in slot_pairs.tolist() if p >= 0) == list(range(flat.numel()))
-    counts = torch.bincount(flat, minlength=num_experts)
+    assert sorted(p for p in slot_pairs.tolist() if p >= 0) == (flat >= 0).nonzero().flatten().tolist()
+    counts = torch.bincount(flat[flat >= 0], minlength=num_experts)
     runs = [e for e in range(num_experts) for _ in range(-(-int(counts[e]) // bm))]
     assert block_experts.tolist() == runs + [-1] * (block_experts.numel() - len(runs))
 
@@ -87,6 +92,8 @@ def _check_layout(experts, num_experts, bm, slot_pairs, block_experts):
 def test_blocks_hold_one_expert_each(pkg):
     kernels = importlib.import_module(f"{pkg.__name__}.grouped_moe")
     experts = torch.tensor([[3, 1], [3, 0], [3, 1], [2, 3]])
+    _check_layout(experts, 8, 2, *kernels._blocks(experts, 8, 2))
+    experts[2:] = -1  # padding rows, routed to no expert
     _check_layout(experts, 8, 2, *kernels._blocks(experts, 8, 2))
 
 

@@ -11,7 +11,8 @@ The padding follows the real rows, so causal attention and the causal conv leave
   decode steps overwrite before reading: each writes row pos first and masks rows > pos. StaticKVCache.length,
   the counter of `append`, means nothing after a prefill (a replay leaves it as state.reset set it): the graph
   engine's steps index by buf.pos and never read it;
-- the padded tokens' MoE only costs compute, though it shows in the experts' expert_counts diagnostic.
+- the padded tokens' MoE reads the experts they route to and shows in the expert_counts diagnostic, unless the
+  MoE routes rows past `moe.valid` to none (triton_prefill_route sets it here).
 
 With COMPILE_STEPS each backbone layer (one compile per mixer kind, shared by the layers) and the whole tower go
 through inductor, their row dims marked dynamic so that one compile serves every bucket; the delta rule and the

@@ -90,8 +90,8 @@ def _layout_kernel(experts_ptr, cursor_ptr, slot_pairs_ptr, block_experts_ptr, p
     start = 0
     while start < pairs:
         offs = start + tl.arange(0, CHUNK)
-        live = offs < pairs
-        counts += tl.histogram(tl.load(experts_ptr + offs, mask=live, other=0).to(tl.int32), E, mask=live)
+        expert = tl.load(experts_ptr + offs, mask=offs < pairs, other=-1).to(tl.int32)
+        counts += tl.histogram(expert, E, mask=expert >= 0)  # -1: a pair routed to no expert takes no slot
         start += CHUNK
     runs = (counts + BM - 1) // BM * BM
     ends = tl.cumsum(runs, 0)
@@ -113,11 +113,25 @@ def _layout_kernel(experts_ptr, cursor_ptr, slot_pairs_ptr, block_experts_ptr, p
     start = 0
     while start < pairs:
         offs = start + tl.arange(0, CHUNK)
-        live = offs < pairs
-        expert = tl.load(experts_ptr + offs, mask=live, other=0).to(tl.int32)
+        expert = tl.load(experts_ptr + offs, mask=offs < pairs, other=-1).to(tl.int32)
+        live = expert >= 0
         slot = tl.atomic_add(cursor_ptr + expert, 1, mask=live)
         tl.store(slot_pairs_ptr + slot, offs, mask=live)
         start += CHUNK
+
+
+@triton.jit
+def _combine_kernel(y_ptr, experts_ptr, out_ptr, H: tl.constexpr, K_SLOTS: tl.constexpr, BH: tl.constexpr):
+    """out[t] = the sum of the token's k slot outputs, slot by slot; a slot routed to no expert adds nothing (its
+    row of y was never written)."""
+    token = tl.program_id(0)
+    cols = tl.program_id(1) * BH + tl.arange(0, BH)
+    acc = tl.zeros((BH,), tl.float32)
+    for s in tl.static_range(K_SLOTS):
+        pair = token * K_SLOTS + s
+        routed = tl.load(experts_ptr + pair) >= 0
+        acc += tl.load(y_ptr + pair * H + cols, mask=routed & (cols < H), other=0.0)
+    tl.store(out_ptr + token * H + cols, acc, mask=cols < H)
 
 
 def _blocks(experts: torch.Tensor, num_experts: int, bm: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -142,7 +156,8 @@ def grouped_fp8_experts(x: torch.Tensor, weights: torch.Tensor, experts: torch.T
                         block: int) -> torch.Tensor:
     """sum over slots of weights[t, s] * expert_{experts[t, s]}(x[t]): x (T, H), weights fp32 and experts (T, k),
     FP8 stacks gate_up (E, 2I, H) and down (E, H, I) with their (E, rows/block, cols/block) scales
-    -> (T, H) fp32."""
+    -> (T, H) fp32. An expert id of -1 routes the slot to no expert: it adds nothing and reads no weights (a
+    prefill's padding rows)."""
     T, k = experts.shape
     E, two_inter, H = gate_up.shape
     inter = two_inter // 2
@@ -163,4 +178,7 @@ def grouped_fp8_experts(x: torch.Tensor, weights: torch.Tensor, experts: torch.T
     _down_kernel[grid + (H // bn,)](hidden, slot_pairs, block_experts, weights.contiguous().view(-1),
                                     down.view(torch.uint8), down_scale, y, H, inter, block, BLOCK_M, bn, native, ieee,
                                     num_warps=NUM_WARPS)
-    return y.view(T, k, H).sum(dim=1)
+    out = torch.empty((T, H), dtype=torch.float32, device=x.device)
+    bh = min(1024, triton.next_power_of_2(H))
+    _combine_kernel[(T, triton.cdiv(H, bh))](y, experts.contiguous(), out, H, k, bh)
+    return out
