@@ -2,11 +2,14 @@
 triton_prefill_moe: the router and the shared expert's gate, up and gate-of-the-expert projections as one GEMM of
 a matrix concatenated at build (+5 MB per layer at full size), and the routing (softmax, top-k, renormalisation,
 expert count) as one Triton kernel. In cuda_graph_prefill's padded buckets, the rows past the prompt route to no
-expert, so they read no expert weights. The kernel file lives in templates/triton_prefill_route/.
+expert, so they read no expert weights; an engine whose grouped MoE predates that takes triton_prefill_moe's
+renewal along. The kernel file lives in templates/triton_prefill_route/.
 """
 from __future__ import annotations
 
 from .base import TEMPLATES, Files, Knobs, NotApplicable, Params, Patch, Transform, replace_once, template_files
+from .renew import renewal
+from .triton_prefill_moe import triton_prefill_moe
 
 MOE, GROUPED = "moe.py", "grouped_moe.py"
 _COUNTS = "        self.expert_counts = torch.zeros(E, dtype=torch.long, device=device)\n"
@@ -66,14 +69,23 @@ def _padding_patches(files: Files) -> list[Patch]:
     return [replace_once(files, PROGRAM, _LAYERS, _LAYERS_VALID)]
 
 
+def _todays_grouped_moe(files: Files) -> list[Patch]:
+    """triton_prefill_moe's renewal where the engine's grouped_moe.py is older than today's: an older one takes no
+    expert id -1 (a padding row's) and would index out of the expert stack."""
+    if files.get(GROUPED) == (TEMPLATES / "triton_prefill_moe" / GROUPED).read_text():
+        return []
+    found = renewal(triton_prefill_moe, files)
+    if found is None:
+        raise NotApplicable(f"{GROUPED}: older than today's, and triton_prefill_moe cannot be renewed here yet")
+    return found.patches
+
+
 def _apply(files: Files, params: Params) -> list[Patch]:
     rows, warps = int(params["rows"]), int(params["num_warps"])
     if rows & (rows - 1) or warps & (warps - 1):
         raise ValueError(f"triton_prefill_route: rows ({rows}) and num_warps ({warps}) must be powers of two")
-    if files.get(GROUPED) != (TEMPLATES / "triton_prefill_moe" / GROUPED).read_text():
-        # an older grouped_moe.py takes no expert id -1 (a padding row's): it would index out of the stack
-        raise NotApplicable(f"{GROUPED}: older than today's; renew triton_prefill_moe first")
     return [
+        *_todays_grouped_moe(files),
         *_padding_patches(files),
         *template_files(files, "triton_prefill_route"),
         KNOBS.patch({"rows": rows, "num_warps": warps}),

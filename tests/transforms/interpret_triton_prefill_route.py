@@ -1,7 +1,7 @@
 """triton_prefill_route on CPU through the Triton interpreter, run by test_triton_interpreter.py in a process
 started with TRITON_INTERPRET=1: the routing kernel picks experts of the probabilities torch's softmax and topk
 pick, with their renormalised weights and counts, at tiny and full routing sizes; exact ties go to the lower
-expert id; rows past a valid count go to no expert; it applies only over today's grouped MoE; and the transformed
+expert id; rows past a valid count go to no expert; it brings an older grouped MoE to today's; and the transformed
 engine's teacher-forced logits and expert counts match the reference on drama3-tiny. The compiled prefill with it
 (padding rows routed nowhere): interpret_compiled_prefill.py."""
 from __future__ import annotations
@@ -35,16 +35,18 @@ def pkg(tmp_path_factory):
     return load(files, tmp_path_factory.mktemp("pkg"))
 
 
-def test_needs_todays_grouped_prefill_moe():
+def test_needs_the_grouped_prefill_moe_and_brings_it_to_today():
     assert triton_prefill_route.requires == ("triton_prefill_moe",)
     params = next(triton_prefill_route.variants())
     with pytest.raises(NotApplicable):
         triton_prefill_route.apply(engine_files(REFERENCE), params)
     files = transformed(engine_files(REFERENCE), [triton_prefill_moe])
     triton_prefill_route.apply(files, params)
+    assert "grouped_moe.py" not in {p.path for p in triton_prefill_route.apply(files, params)}
+    # an engine kept before the grouped MoE took id -1 (a padding row's) gets today's file along
     older = files | {"grouped_moe.py": files["grouped_moe.py"].replace("expert >= 0", "expert > -1")}
-    with pytest.raises(NotApplicable, match="renew triton_prefill_moe first"):  # it may not take the -1 ids
-        triton_prefill_route.apply(older, params)
+    renewed = [p for p in triton_prefill_route.apply(older, params) if p.path == "grouped_moe.py"]
+    assert [p.replace for p in renewed] == [files["grouped_moe.py"]]
 
 
 @pytest.mark.parametrize(("tokens", "num_experts", "k"), [(1, 8, 2), (7, 8, 2), (300, 256, 8), (5, 6, 3)])
