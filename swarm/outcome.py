@@ -4,6 +4,7 @@ whether the run's best engine meets the target's acceptance criteria.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from evaluator.verdict import Status, Verdict
@@ -104,33 +105,40 @@ def rejection(candidate: CandidateRecord, status: str, error: str, feature: str,
     return record, lesson
 
 
-def _criteria(acceptance: AcceptanceSpec, figures: Figures, speedup_vs_baseline: float
-              ) -> list[tuple[str, str, float, float | None, str]]:
-    """(aim, label, goal, value, op) of each criterion the acceptance sets; aims are its field names."""
-    checks = [
-        ("frames_per_s", "frames/s p50", acceptance.frames_per_s, figures.frames_per_s, ">="),
-        (FIRST_AUDIO_AIM, "TTFA p50 ms", acceptance.ttfa_ms, figures.ttfa_ms, "<="),
-        ("rtf", "RTF p50", acceptance.rtf, figures.rtf, "<="),
-        ("speedup", "speedup vs the run's baseline", acceptance.speedup, speedup_vs_baseline, ">="),
-    ]
-    return [c for c in checks if c[2] is not None]
+@dataclass(frozen=True, slots=True)
+class Criterion:
+    aim: str  # the AcceptanceSpec field
+    label: str
+    goal: float
+    value: float | None  # the engine's figure; None: not measured
+    at_least: bool  # the goal is a floor (frames/s, speedup), else a ceiling (TTFA, RTF)
+
+    @property
+    def missed(self) -> bool:
+        return self.value is None or (self.value < self.goal if self.at_least else self.value > self.goal)
+
+    def __str__(self) -> str:
+        now = "not measured" if self.value is None else f"{self.value:.4g}"
+        return f"{self.label} {'>=' if self.at_least else '<='} {self.goal:g} (now {now})"
 
 
-def _missed(goal: float, value: float | None, op: str) -> bool:
-    return value is None or not (value >= goal if op == ">=" else value <= goal)
+def _criteria(acceptance: AcceptanceSpec, figures: Figures, speedup_vs_baseline: float) -> list[Criterion]:
+    """Each criterion the acceptance sets, with the engine's figure."""
+    rows = [("frames_per_s", "frames/s p50", acceptance.frames_per_s, figures.frames_per_s, True),
+            (FIRST_AUDIO_AIM, "TTFA p50 ms", acceptance.ttfa_ms, figures.ttfa_ms, False),
+            ("rtf", "RTF p50", acceptance.rtf, figures.rtf, False),
+            ("speedup", "speedup vs the run's baseline", acceptance.speedup, speedup_vs_baseline, True)]
+    return [Criterion(*row) for row in rows if row[2] is not None]
 
 
 def unmet_criteria(acceptance: AcceptanceSpec, figures: Figures, speedup_vs_baseline: float) -> list[str]:
     """Acceptance criteria the engine does not meet yet, human-readable; [] when all hold."""
-    return [f"{label} {op} {goal:g} (now {'not measured' if value is None else f'{value:.4g}'})"
-            for _, label, goal, value, op in _criteria(acceptance, figures, speedup_vs_baseline)
-            if _missed(goal, value, op)]
+    return [str(c) for c in _criteria(acceptance, figures, speedup_vs_baseline) if c.missed]
 
 
 def unmet_aims(acceptance: AcceptanceSpec, figures: Figures, speedup_vs_baseline: float) -> list[str]:
     """The AcceptanceSpec fields of the criteria unmet_criteria lists: what the offline proposer's priors weigh."""
-    return [aim for aim, _, goal, value, op in _criteria(acceptance, figures, speedup_vs_baseline)
-            if _missed(goal, value, op)]
+    return [c.aim for c in _criteria(acceptance, figures, speedup_vs_baseline) if c.missed]
 
 
 def has_criteria(acceptance: AcceptanceSpec) -> bool:

@@ -2,7 +2,7 @@
 (token, slot) pairs are grouped by expert into blocks of BLOCK_M pairs that share one expert, so each used
 expert's FP8 tiles are read once per block (not once per token) and multiplied on the tensor cores with tl.dot.
 (1) gate|up over 128-wide K blocks, each partial product times its tile scale, then silu(gate) * up;
-(2) down, times the pair's routing weight; the k slots of a token are summed afterwards. fp32 accumulation.
+(2) down, times the pair's routing weight; (3) a token's k slots summed. fp32 accumulation.
 The block layout is built on the device by one kernel (a histogram, a scan and atomic tickets), so there is
 no host sync; the launch grid depends only on the token count and the kernels compile once (no shape is a
 compile-time constant but the model's).
@@ -137,7 +137,7 @@ def _combine_kernel(y_ptr, experts_ptr, out_ptr, H: tl.constexpr, K_SLOTS: tl.co
 def _blocks(experts: torch.Tensor, num_experts: int, bm: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Expert ids (T, k) -> (pair index per padded slot (num_blocks * bm,), -1 = padding; expert per block
     (num_blocks,), -1 = unused), both int32. num_blocks is the bound ceil(T k / bm) + min(E, T k), so no count
-    has to be read back to the host. One kernel launch: the sorts, scans and scatters it replaced were ~20
+    has to be read back to the host. One kernel launch: the sort, scans, gathers and scatters it replaced were 23
     launches per layer of the prefill graph."""
     flat = experts.flatten()
     pairs = flat.numel()
