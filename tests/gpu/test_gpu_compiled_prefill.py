@@ -1,8 +1,9 @@
 """cuda_graph_prefill(compile_steps=True) on CUDA, on scripts/gpu_fast_check.py's fast_all stack, with the delta
-rule recurrent or in chunks of 64 (triton_deltanet chunk_rows): inductor compiles the prefill's backbone-layer and
-tower steps once for all the row buckets captured at build, the engine passes the teacher-forced gate at
-drama3-mid and (slow) the full drama3 config, a prefill replays its graph without host syncs, and the prefill wall
-time of 52 and 209 rows is printed beside the uncompiled fast_all's (run with -s)."""
+rule recurrent or in chunks of 64 (triton_deltanet chunk_rows), or with triton_prefill_route on top: inductor
+compiles the prefill's backbone-layer and tower steps once for all the row buckets captured at build, the engine
+passes the teacher-forced gate at drama3-mid and (slow) the full drama3 config, a prefill replays its graph
+without host syncs, and the prefill wall time of 52 and 209 rows is printed beside the uncompiled fast_all's
+(run with -s)."""
 from __future__ import annotations
 
 import pytest
@@ -22,9 +23,10 @@ FAST_ALL = ["cuda_graph_frame", "cuda_graph_codec", "triton_fp8_moe", "triton_pr
             "cuda_graph_prefill", "graph_topk_sampling"]
 
 
-def _stack(compile_steps: bool, chunk_rows: int) -> list:
+def _stack(compile_steps: bool, chunk_rows: int, routed: bool = False) -> list:
     params = {"cuda_graph_prefill": {"compile_steps": compile_steps}, "triton_deltanet": {"chunk_rows": chunk_rows}}
-    return [(TRANSFORMS[name], params.get(name, {})) for name in FAST_ALL]
+    names = FAST_ALL + ["triton_prefill_route"] * routed
+    return [(TRANSFORMS[name], params.get(name, {})) for name in names]
 
 
 @pytest.fixture(scope="module")
@@ -38,13 +40,15 @@ def plain(load_package, weights):
     return load_package(_stack(False, 0)).build_engine(config_named("drama3-mid"), weights, torch.device("cuda"))
 
 
-@pytest.fixture(scope="module", params=[0, 64], ids=["recurrent", "chunk64"])
+@pytest.fixture(scope="module", params=[(0, False), (64, False), (0, True)], ids=["recurrent", "chunk64", "routed"])
 def mid(request, load_package, weights):
-    """(config, reference, the compiled engine, dynamo graphs its build compiled, its chunk_rows)."""
+    """(config, reference, the compiled engine, dynamo graphs its build compiled, its chunk_rows). "routed" adds
+    triton_prefill_route: its routing op in every compiled layer, padding rows routed to no expert."""
     config, device = config_named("drama3-mid"), torch.device("cuda")
+    chunk_rows, routed = request.param
     counters.clear()
-    eng = load_package(_stack(True, request.param)).build_engine(config, weights, device)
-    return config, build_engine(config, weights, device), eng, counters["stats"]["unique_graphs"], request.param
+    eng = load_package(_stack(True, chunk_rows, routed)).build_engine(config, weights, device)
+    return config, build_engine(config, weights, device), eng, counters["stats"]["unique_graphs"], chunk_rows
 
 
 def test_one_compile_serves_the_prewarmed_buckets(mid):
