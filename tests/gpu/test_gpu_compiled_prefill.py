@@ -1,5 +1,5 @@
 """cuda_graph_prefill(compile_steps=True) on CUDA, on scripts/gpu_fast_check.py's fast_all stack, with the delta
-rule recurrent or in chunks of 64 (triton_deltanet chunk_rows), or with triton_prefill_route on top: inductor
+rule recurrent or in chunks of 64 (triton_deltanet chunk_rows), or with the prefill's fronts on top: inductor
 compiles the prefill's backbone-layer and tower steps once for all the row buckets captured at build, the engine
 passes the teacher-forced gate at drama3-mid and (slow) the full drama3 config, a prefill replays its graph
 without host syncs, and the prefill wall time of 52 and 209 rows is printed beside the uncompiled fast_all's
@@ -25,7 +25,7 @@ FAST_ALL = ["cuda_graph_frame", "cuda_graph_codec", "triton_fp8_moe", "triton_pr
 
 def _stack(compile_steps: bool, chunk_rows: int, routed: bool = False) -> list:
     params = {"cuda_graph_prefill": {"compile_steps": compile_steps}, "triton_deltanet": {"chunk_rows": chunk_rows}}
-    names = FAST_ALL + ["triton_prefill_route"] * routed
+    names = FAST_ALL + ["triton_prefill_route", "prefill_fused_projections"] * routed
     return [(TRANSFORMS[name], params.get(name, {})) for name in names]
 
 
@@ -43,7 +43,8 @@ def plain(load_package, weights):
 @pytest.fixture(scope="module", params=[(0, False), (64, False), (0, True)], ids=["recurrent", "chunk64", "routed"])
 def mid(request, load_package, weights):
     """(config, reference, the compiled engine, dynamo graphs its build compiled, its chunk_rows). "routed" adds
-    triton_prefill_route: its routing op in every compiled layer, padding rows routed to no expert."""
+    triton_prefill_route (its routing op in every compiled layer, padding rows routed to no expert) and
+    prefill_fused_projections (the frame's fused matrices in the layers' GEMMs)."""
     config, device = config_named("drama3-mid"), torch.device("cuda")
     chunk_rows, routed = request.param
     counters.clear()

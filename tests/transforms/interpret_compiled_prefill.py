@@ -4,9 +4,9 @@ aot_eager: inductor's C++ build takes minutes on 2 cores; inductor itself runs i
 kernels interpreted inside their custom ops. On drama3-tiny the teacher-forced logits match the reference in two
 row buckets, the second compiling nothing more (the rows are a dynamic dim), and dynamo breaks no graph (the
 kernels are opaque ops). The delta rule runs in chunks of 32 (triton_deltanet chunk_rows), so inside the program
-the chunked kernels stop at the prompt's device row count. With triton_prefill_route on top, the same holds, and
-the padding rows route to no expert. The uncompiled variant: interpret_cuda_graph_prefill.py; inductor and capture
-on CUDA: tests/gpu/test_gpu_compiled_prefill.py."""
+the chunked kernels stop at the prompt's device row count. With triton_prefill_route and prefill_fused_projections
+on top, the same holds, and the padding rows route to no expert. The uncompiled variant:
+interpret_cuda_graph_prefill.py; inductor and capture on CUDA: tests/gpu/test_gpu_compiled_prefill.py."""
 from __future__ import annotations
 
 import dataclasses
@@ -22,6 +22,7 @@ from torch._dynamo.utils import counters
 from candidates.repo import engine_files
 from knowledge_base.transforms.cuda_graph_frame import cuda_graph_frame
 from knowledge_base.transforms.cuda_graph_prefill import cuda_graph_prefill
+from knowledge_base.transforms.prefill_fused_projections import prefill_fused_projections
 from knowledge_base.transforms.triton_deltanet import triton_deltanet
 from knowledge_base.transforms.triton_prefill_moe import triton_prefill_moe
 from knowledge_base.transforms.triton_prefill_route import triton_prefill_route
@@ -53,7 +54,8 @@ def packages(tmp_path_factory):
     with pytest.MonkeyPatch.context() as m:
         m.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
         packages = {on: load(transformed(base, [_variant(on)]), root) for on in (False, True)}
-        packages["routed"] = load(transformed(base, [_variant(True), triton_prefill_route]), root)
+        packages["routed"] = load(transformed(base, [_variant(True), triton_prefill_route, prefill_fused_projections]),
+                                  root)
         return packages
 
 
@@ -66,7 +68,8 @@ def test_compile_steps_compiles_the_layer_and_tower_steps(packages):
                                                                                   program.tower))
 
 
-@pytest.mark.parametrize("engine", [True, "routed"])  # "routed": with triton_prefill_route's op in each layer
+# "routed": with triton_prefill_route's op in each layer, and prefill_fused_projections' shared GEMMs
+@pytest.mark.parametrize("engine", [True, "routed"])
 def test_one_compile_serves_every_bucket_and_matches_the_reference(packages, engine):
     weights = init_weights(CFG, seed=0, device="cpu")
     ref, eng = build_engine(CFG, weights, "cpu"), packages[engine].build_engine(CFG, weights, "cpu")
