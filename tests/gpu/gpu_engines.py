@@ -14,8 +14,10 @@ from evaluator.compare import Logits, check_logits
 from knowledge_base.transforms import TRANSFORMS, Params, Transform
 from reference_runtime.bench import bench_requests
 from reference_runtime.config import Drama3Config, get_config
+from reference_runtime.model import build_engine
 from reference_runtime.prompt import build_rows
 from reference_runtime.teacher_forcing import teacher_forced
+from reference_runtime.weights import init_weights
 from swarm.edits import apply_edits
 from swarm.proposal import FileEdit
 from targets.schema import ToleranceSpec, load_target
@@ -69,6 +71,15 @@ def assert_passes_gate(config: Drama3Config, ref, eng, frames: int = 16, prompts
         stats, evidence = check_logits(config, name, Logits(*want), Logits(*got), generated, request.sampling,
                                        tolerances(config))
         assert not evidence, f"{config.name} {name}: {stats} {evidence}"
+
+
+def assert_stack_passes_gate(load_package, config: Drama3Config, steps: list[tuple[Transform, Params]]) -> None:
+    """The reference package with `steps` applied (load_package's form) passes the gate against the reference, both
+    built on CUDA from the same seeded weights."""
+    device = torch.device("cuda")
+    weights = init_weights(config, seed=0, device=device)
+    ref = build_engine(config, weights, device)
+    assert_passes_gate(config, ref, load_package(steps).build_engine(config, weights, device))
 
 
 def mixer_packages(load_package, kernels: list[str]) -> dict:

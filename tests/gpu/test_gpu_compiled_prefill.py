@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from gpu_engines import assert_passes_gate, config_named
+from gpu_engines import assert_passes_gate, assert_stack_passes_gate, config_named
 from test_gpu_graph_prefill import _prefill_ms, _rows
 from torch._dynamo.utils import counters
 
@@ -86,8 +86,4 @@ def test_prefill_wall_time(mid, plain):
 @pytest.mark.slow
 def test_full_size_engine_passes_the_teacher_forced_gate(load_package):
     """The full drama3 config (40 layers, 256 experts, ~37 GiB of random weights): what gpu_fast_check runs."""
-    config, device = get_config("drama3"), torch.device("cuda")
-    weights = init_weights(config, seed=0, device=device)
-    ref = build_engine(config, weights, device)
-    eng = load_package(_stack(True, 64)).build_engine(config, weights, device)
-    assert_passes_gate(config, ref, eng)
+    assert_stack_passes_gate(load_package, get_config("drama3"), _stack(True, 64))

@@ -6,14 +6,12 @@ import importlib
 
 import pytest
 import torch
-from gpu_engines import assert_passes_gate, config_named
+from gpu_engines import assert_stack_passes_gate, config_named
 
 from knowledge_base.transforms.cuda_graph_frame import cuda_graph_frame
 from knowledge_base.transforms.triton_fp8_moe import triton_fp8_moe
 from reference_runtime.config import get_config
 from reference_runtime.fp8 import quantize_blocks
-from reference_runtime.model import build_engine
-from reference_runtime.weights import init_weights
 
 pytestmark = pytest.mark.gpu
 
@@ -41,8 +39,4 @@ def test_kernels_match_torch_at_full_moe_shape(load_package, block_n, down_slots
 
 @pytest.mark.parametrize("config_name", ["drama3-tiny", "drama3-mid"])
 def test_engine_passes_the_teacher_forced_gate(load_package, config_name):
-    config, device = config_named(config_name), torch.device("cuda")
-    weights = init_weights(config, seed=0, device=device)
-    ref = build_engine(config, weights, device)
-    eng = load_package([(cuda_graph_frame, {}), (triton_fp8_moe, {})]).build_engine(config, weights, device)
-    assert_passes_gate(config, ref, eng)
+    assert_stack_passes_gate(load_package, config_named(config_name), [(cuda_graph_frame, {}), (triton_fp8_moe, {})])

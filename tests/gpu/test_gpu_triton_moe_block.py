@@ -8,13 +8,11 @@ import importlib
 
 import pytest
 import torch
-from gpu_engines import assert_passes_gate, config_named
+from gpu_engines import assert_stack_passes_gate, config_named
 
 from knowledge_base.transforms import TRANSFORMS
 from reference_runtime.config import get_config
 from reference_runtime.fp8 import quantize_blocks
-from reference_runtime.model import build_engine
-from reference_runtime.weights import init_weights
 
 pytestmark = pytest.mark.gpu
 # the kept engine's lineage on the H200 (session 10, drama3-h200-lease-003.i001.s00), then the MoE block
@@ -56,20 +54,12 @@ def test_kernels_equal_norm_gemv_and_the_fused_moe_at_full_moe_dims(load_package
 
 @pytest.mark.parametrize("config_name", ["drama3-tiny", "drama3-mid"])
 def test_engine_passes_the_teacher_forced_gate(load_package, config_name):
-    config, device = config_named(config_name), torch.device("cuda")
-    weights = init_weights(config, seed=0, device=device)
-    ref = build_engine(config, weights, device)
-    eng = load_package([(TRANSFORMS[n], {}) for n in [*KEPT, "triton_moe_block"]]).build_engine(config, weights,
-                                                                                                 device)
-    assert_passes_gate(config, ref, eng)
+    assert_stack_passes_gate(load_package, config_named(config_name),
+                             [(TRANSFORMS[n], {}) for n in [*KEPT, "triton_moe_block"]])
 
 
 @pytest.mark.slow
 def test_full_size_engine_passes_the_teacher_forced_gate(load_package):
     """The full drama3 config (40 layers, 256 experts, ~37 GiB of random weights)."""
-    config, device = get_config("drama3"), torch.device("cuda")
-    weights = init_weights(config, seed=0, device=device)
-    ref = build_engine(config, weights, device)
-    eng = load_package([(TRANSFORMS[n], {}) for n in [*KEPT, "triton_moe_block"]]).build_engine(config, weights,
-                                                                                                 device)
-    assert_passes_gate(config, ref, eng)
+    assert_stack_passes_gate(load_package, get_config("drama3"),
+                             [(TRANSFORMS[n], {}) for n in [*KEPT, "triton_moe_block"]])

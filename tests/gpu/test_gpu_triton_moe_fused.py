@@ -9,7 +9,7 @@ import importlib
 
 import pytest
 import torch
-from gpu_engines import assert_passes_gate, config_named
+from gpu_engines import assert_stack_passes_gate, config_named
 
 from knowledge_base.transforms import TRANSFORMS
 from knowledge_base.transforms.cuda_graph_frame import cuda_graph_frame
@@ -17,8 +17,6 @@ from knowledge_base.transforms.triton_fp8_moe import triton_fp8_moe
 from knowledge_base.transforms.triton_moe_fused import triton_moe_fused
 from reference_runtime.config import get_config
 from reference_runtime.fp8 import quantize_blocks
-from reference_runtime.model import build_engine
-from reference_runtime.weights import init_weights
 
 pytestmark = pytest.mark.gpu
 # scripts/gpu_fast_check.py's fast_all stack, then the fused MoE
@@ -58,19 +56,11 @@ def test_kernels_match_moe_decode_at_full_moe_dims(load_package, params, seed):
 @pytest.mark.parametrize("config_name", ["drama3-tiny", "drama3-mid"])
 @pytest.mark.parametrize("stack", ["minimal", "fast_all"])
 def test_engine_passes_the_teacher_forced_gate(load_package, config_name, stack):
-    config, device = config_named(config_name), torch.device("cuda")
-    weights = init_weights(config, seed=0, device=device)
-    ref = build_engine(config, weights, device)
     names = FAST_ALL if stack == "fast_all" else ["cuda_graph_frame", "triton_fp8_moe", "triton_moe_fused"]
-    eng = load_package([(TRANSFORMS[name], {}) for name in names]).build_engine(config, weights, device)
-    assert_passes_gate(config, ref, eng)
+    assert_stack_passes_gate(load_package, config_named(config_name), [(TRANSFORMS[name], {}) for name in names])
 
 
 @pytest.mark.slow
 def test_full_size_engine_passes_the_teacher_forced_gate(load_package):
     """The full drama3 config (40 layers, 256 experts, ~37 GiB of random weights): what gpu_fast_check runs."""
-    config, device = get_config("drama3"), torch.device("cuda")
-    weights = init_weights(config, seed=0, device=device)
-    ref = build_engine(config, weights, device)
-    eng = load_package([(TRANSFORMS[name], {}) for name in FAST_ALL]).build_engine(config, weights, device)
-    assert_passes_gate(config, ref, eng)
+    assert_stack_passes_gate(load_package, get_config("drama3"), [(TRANSFORMS[name], {}) for name in FAST_ALL])

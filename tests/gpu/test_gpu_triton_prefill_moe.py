@@ -8,14 +8,12 @@ import importlib
 import pytest
 import torch
 import torch.nn.functional as F
-from gpu_engines import assert_passes_gate, config_named
+from gpu_engines import assert_stack_passes_gate, config_named
 
 from knowledge_base.transforms.cuda_graph_frame import cuda_graph_frame
 from knowledge_base.transforms.triton_prefill_moe import triton_prefill_moe
 from reference_runtime.config import get_config
 from reference_runtime.fp8 import dequantize_blocks, quantize_blocks
-from reference_runtime.model import build_engine
-from reference_runtime.weights import init_weights
 
 pytestmark = pytest.mark.gpu
 
@@ -47,9 +45,5 @@ def test_grouped_kernels_match_the_loop_at_full_moe_shape(load_package, tokens, 
 @pytest.mark.parametrize("config_name", ["drama3-tiny", "drama3-mid"])
 @pytest.mark.parametrize("graph", [False, True], ids=["reference", "graph"])
 def test_engine_passes_the_teacher_forced_gate(load_package, config_name, graph):
-    config, device = config_named(config_name), torch.device("cuda")
-    weights = init_weights(config, seed=0, device=device)
-    ref = build_engine(config, weights, device)
     steps = [(cuda_graph_frame, {})] if graph else []
-    eng = load_package(steps + [(triton_prefill_moe, {})]).build_engine(config, weights, device)
-    assert_passes_gate(config, ref, eng)
+    assert_stack_passes_gate(load_package, config_named(config_name), steps + [(triton_prefill_moe, {})])

@@ -8,14 +8,12 @@ import importlib
 
 import pytest
 import torch
-from gpu_engines import assert_passes_gate, config_named
+from gpu_engines import assert_stack_passes_gate, config_named
 
 from knowledge_base.transforms.cuda_graph_frame import cuda_graph_frame
 from knowledge_base.transforms.triton_prefill_moe import triton_prefill_moe
 from knowledge_base.transforms.triton_prefill_route import triton_prefill_route
 from reference_runtime.config import get_config
-from reference_runtime.model import build_engine
-from reference_runtime.weights import init_weights
 
 pytestmark = pytest.mark.gpu
 
@@ -40,10 +38,6 @@ def test_route_picks_the_top_probabilities_at_full_routing_shape(load_package, t
 @pytest.mark.parametrize("config_name", ["drama3-tiny", "drama3-mid"])
 @pytest.mark.parametrize("graph", [False, True], ids=["reference", "graph"])
 def test_engine_passes_the_teacher_forced_gate(load_package, config_name, graph):
-    config, device = config_named(config_name), torch.device("cuda")
-    weights = init_weights(config, seed=0, device=device)
-    ref = build_engine(config, weights, device)
     steps = [(cuda_graph_frame, {})] if graph else []
-    eng = load_package(steps + [(triton_prefill_moe, {}), (triton_prefill_route, {})]).build_engine(config, weights,
-                                                                                                    device)
-    assert_passes_gate(config, ref, eng)
+    assert_stack_passes_gate(load_package, config_named(config_name),
+                             steps + [(triton_prefill_moe, {}), (triton_prefill_route, {})])
