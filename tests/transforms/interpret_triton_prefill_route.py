@@ -11,22 +11,16 @@ import os
 
 import pytest
 import torch
+from interpret_triton_prefill_moe import assert_engine_matches_reference
 from test_cuda_graphs import REFERENCE, load, transformed
 
 from candidates.repo import engine_files
 from knowledge_base.transforms import NotApplicable
 from knowledge_base.transforms.triton_prefill_moe import triton_prefill_moe
 from knowledge_base.transforms.triton_prefill_route import triton_prefill_route
-from reference_runtime.api import TTSRequest
-from reference_runtime.config import get_config
-from reference_runtime.model import build_engine
-from reference_runtime.prompt import build_rows
-from reference_runtime.teacher_forcing import teacher_forced
-from reference_runtime.weights import init_weights
 
 pytest.importorskip("triton")
 assert os.environ.get("TRITON_INTERPRET") == "1", "run through test_triton_interpreter.py (TRITON_INTERPRET=1)"
-CFG = get_config("drama3-tiny")
 
 
 @pytest.fixture(scope="module")
@@ -87,13 +81,4 @@ def test_rows_past_the_valid_count_go_to_no_expert(pkg):
 
 
 def test_engine_teacher_forced_logits_match_reference(pkg):
-    weights = init_weights(CFG, seed=0, device="cpu")
-    ref, eng = build_engine(CFG, weights, "cpu"), pkg.build_engine(CFG, weights, "cpu")
-    request = TTSRequest(text="Hello there", max_frames=3, ignore_eos=True, seed=1)
-    frames = ref.generate(request).frames
-    rows = build_rows(CFG, request, ref.tokenizer)
-    before = ref.model.backbone.expert_counts()
-    want, got = teacher_forced(ref, rows, frames), teacher_forced(eng, rows, frames)
-    torch.testing.assert_close(got.main, want.main, atol=1e-4, rtol=1e-4)
-    torch.testing.assert_close(got.codes, want.codes, atol=1e-4, rtol=1e-4)
-    assert torch.equal(eng.model.backbone.expert_counts(), ref.model.backbone.expert_counts() - before)
+    assert_engine_matches_reference(pkg)
