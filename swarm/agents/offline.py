@@ -6,10 +6,10 @@ Choices are a function of (iteration, slot). Slot 0 exploits: it stacks every tr
 to one that clears it. The other slots explore: untried transforms, highest prior on the target's device first
 (`Transform.prior`; while the parent misses its time-to-first-audio goal, a transform that shortens the prefill
 or the first codec window ranks by its TTFA prior), one slot each. It skips transforms already in the parent's
-lineage, whose prerequisites are missing or whose code is gone, and ranks failed ones last. It never repeats a variant (`name(k=v)`) named in a
-failure, except one that was correct and only not faster on another parent: timing is the parent's, and on a
-faster parent the same change can be a larger share of the time. Nor does it explore what this run already proposed
-on the parent, or what slot 0 stacks.
+lineage, whose prerequisites are missing or whose code is gone, and ranks failed ones last. It never repeats a
+variant (`name(k=v)`) named in a failure, except one that was correct and only not faster on another parent: timing
+is the parent's, and on a faster parent the same change can be a larger share of the time. Nor does it explore what
+this run already proposed on the parent, or what slot 0 stacks.
 
 The first exploring slot leaps: one candidate stacking every transform proven on the device (`Transform.proven`)
 with a prior above 1 that the lineage lacks and that no failure bans, prerequisites first; each such stack once
