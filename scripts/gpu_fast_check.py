@@ -167,16 +167,14 @@ def plus_files(files: dict[str, str], items: list[str]) -> dict[str, str]:
         name = item.removeprefix("renew:")
         if name not in TRANSFORMS:
             sys.exit(f"--kept-plus: unknown transform {name!r} (known: {sorted(TRANSFORMS)})")
-        if item.startswith("renew:"):
-            found = renewal(TRANSFORMS[name], files)
-            if found is None:
-                sys.exit(f"--kept-plus: {item}: the engine has today's files already, lacks the transform, or "
-                         "waits for the renewal of a file it imports (renew that one first)")
-            patches = found.patches
-        else:
-            transform = TRANSFORMS[name]
-            patches = transform.apply(files, next(transform.variants()))
-        files = apply_edits(files, [FileEdit(path=p.path, search=p.search, replace=p.replace) for p in patches])
+        if not item.startswith("renew:"):
+            files = recipe_files(((name, {}),), files)
+            continue
+        found = renewal(TRANSFORMS[name], files)
+        if found is None:
+            sys.exit(f"--kept-plus: {item}: the engine has today's files already, lacks the transform, or "
+                     "waits for the renewal of a file it imports (renew that one first)")
+        files = apply_edits(files, [FileEdit(path=p.path, search=p.search, replace=p.replace) for p in found.patches])
     return files
 
 
