@@ -51,8 +51,8 @@ def calibrate_noise(baseline_dir: Path, target: Target, *, work_dir: Path, gpu_i
     try:
         deadline = Deadline.after(target.timeouts.build_s, "build")
         a, b = pool.start("baseline_a", Path(baseline_dir)), pool.start("baseline_b", Path(baseline_dir))
-        for worker in (a, b):
-            _trusted(pool.use(worker).ready, deadline)
+        for worker in (a, b):  # both build at once: builds are not timed
+            _trusted(worker.ready, deadline)
         deadline = Deadline.after(target.timeouts.benchmark_s, "benchmark")
         level = _trusted(_level, pool, a, target, rng, deadline)
         trials = _trusted(Benchmark(pool, a, b, target, rng, level).run, deadline)
@@ -132,15 +132,22 @@ class _Evaluation:
             if tampering:
                 return Status.CHEAT_SUSPECTED, f"static scan: {tampering[0].path}:{tampering[0].line}: " \
                                                f"{tampering[0].message}"
+        kept_baseline = self.baseline_dir.resolve() != REFERENCE_DIR
         with self.stage("build", t.timeouts.build_s) as deadline:
             candidate = self._start("candidate", self.candidate_dir)
             oracle = self.pool.start("oracle", None)
+            # A kept engine's build (compiles, graph captures: 84 s on the H200) runs beside the candidate's rather
+            # than after the correctness cascade; builds are not timed, so neither is frozen for the other.
+            baseline = self.pool.start("baseline", self.baseline_dir) if kept_baseline and not self.correctness_only \
+                else None
             self.ready = candidate.ready(deadline)
+            if baseline is not None:
+                _trusted(baseline.ready, deadline)
+                self._baseline_worker = baseline
             oracle_ready = _trusted(self.pool.use(oracle).ready, deadline)
         if self.ready.fingerprint != oracle_ready.fingerprint:
             raise Rejected(Status.MISMATCH, [Evidence(check="weights", message=(
                 f"weights fingerprint {self.ready.fingerprint} differs from the oracle's {oracle_ready.fingerprint}"))])
-        kept_baseline = self.baseline_dir.resolve() != REFERENCE_DIR
         with self.stage("correctness", t.timeouts.correctness_s) as deadline:
             report = Cascade(self.pool, oracle, candidate, t, self.rng,
                              self._baseline if kept_baseline else None).run(deadline)
@@ -177,8 +184,8 @@ class _Evaluation:
                 self.verdict_fields[f"{role}_profile"] = result
 
     def _baseline(self) -> Worker:
-        """The baseline engine's worker, started on first use: by the benchmark, or earlier by the correctness
-        cascade to tell whether a mismatch is inherited."""
+        """The baseline engine's worker: built beside the candidate when the benchmark will need it, else started
+        on first use, by the correctness cascade to tell whether a mismatch is inherited."""
         if self._baseline_worker is None:
             with self.stage("baseline_build", self.target.timeouts.build_s) as deadline:
                 worker = self.pool.start("baseline", self.baseline_dir)

@@ -18,9 +18,11 @@ runs; the JSON is rewritten after every engine.
 from __future__ import annotations
 
 import argparse
+import atexit
 import gc
 import importlib
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -194,8 +196,10 @@ def kept_engine(engine_id: str, config_name: str) -> tuple[str, dict[str, str]]:
 
 
 def package_root(prefix: str) -> Path:
-    """A fresh temporary directory on sys.path, for import_package."""
+    """A fresh temporary directory on sys.path, for import_package; removed when the process exits, so repeated
+    runs (CI runs the scripts' dry runs every time) leave nothing behind in /tmp."""
     root = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
     sys.path.insert(0, str(root))
     return root
 
