@@ -158,7 +158,7 @@ def decide(c: Comparison, max_plausible: float) -> tuple[Status, str]:
     if c.speedup > max_plausible:
         return Status.CHEAT_SUSPECTED, f"{_ci(c)} is above max_plausible_speedup {max_plausible:g}: manual review"
     if t is not None and t.later:
-        return Status.SLOWER, f"time to first audio later beyond noise: {_first_audio_ci(t)}; frames/s {_ci(c)}"
+        return Status.SLOWER, f"time to first audio later beyond noise: {t.describe()}; frames/s {_ci(c)}"
     status, reason = _decide_one("", c.speedup, c.ci_low, c.ci_high, c.threshold, c.spread, c.pairs, c.calibrated)
     if status is not Status.SLOWER or t is None or t.threshold is None or c.ci_high < 1 / c.threshold:
         return status, reason + _first_audio(c)
@@ -173,13 +173,8 @@ def _ci(c: Comparison) -> str:
     return f"speedup {c.speedup:.3f} (CI {c.ci_low:.3f}..{c.ci_high:.3f}, threshold {c.threshold:.3f})"
 
 
-def _first_audio_ci(t: FirstAudio) -> str:
-    bar = "no A/A band of TTFA" if t.threshold is None else f"threshold {t.threshold:.3f}"
-    return f"TTFA speedup {t.speedup:.3f} (CI {t.ci_low:.3f}..{t.ci_high:.3f}, {bar})"
-
-
 def _first_audio(c: Comparison) -> str:
-    return "" if c.first_audio is None else f"; {_first_audio_ci(c.first_audio)}"
+    return "" if c.first_audio is None else f"; {c.first_audio.describe()}"
 
 
 def _decide_one(figure: str, speedup: float, ci_low: float, ci_high: float, threshold: float, spread: float,

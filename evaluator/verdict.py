@@ -84,6 +84,10 @@ class FirstAudio(_Model):
         """Heard later beyond noise: the whole CI under the threshold's inverse."""
         return self.threshold is not None and self.ci_high < 1 / self.threshold
 
+    def describe(self) -> str:
+        bar = "no A/A band of TTFA" if self.threshold is None else f"threshold {self.threshold:.3f}"
+        return f"TTFA speedup {self.speedup:.3f} (CI {self.ci_low:.3f}..{self.ci_high:.3f}, {bar})"
+
 
 class Comparison(_Model):
     """Candidate vs baseline, measured interleaved (ABAB) in one run. The speedup is of frames/s; `first_audio`

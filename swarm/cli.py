@@ -150,9 +150,8 @@ def eval_(candidate_dir: Annotated[Path, typer.Argument(help="an engine package 
         c = verdict.comparison
         out.print(f"  speedup {c.speedup:.3f}x (CI {c.ci_low:.3f}-{c.ci_high:.3f}, needs > {c.threshold:.3f}), "
                   f"TTFA ratio {c.ttfa_ratio:.3f}")
-        if (t := c.first_audio) is not None:
-            bar = "no A/A band" if t.threshold is None else f"needs > {t.threshold:.3f}"
-            out.print(f"  first audio sooner {t.speedup:.3f}x (CI {t.ci_low:.3f}-{t.ci_high:.3f}, {bar})")
+        if c.first_audio is not None:
+            out.print(f"  {c.first_audio.describe()}")
     raise typer.Exit(0 if verdict.status.value == "pass" else 1)
 
 

@@ -203,7 +203,8 @@ def _retunes(context: ProposalContext) -> list[_Choice]:
     kernels = {c.transform.name: template_kernels(c.transform) for c in found}
     # a kernel name in several transforms' files (the decode and prefill MoE kernels) splits its time among them
     claims = Counter(k for names in kernels.values() for k in names)
-    profiled_ms = {t: sum(context.parent_kernels.get(k, 0.0) / claims[k] for k in names) for t, names in kernels.items()}
+    profiled_ms = {t: sum(context.parent_kernels.get(k, 0.0) / claims[k] for k in names)
+                   for t, names in kernels.items()}
     return sorted(found, key=lambda c: -profiled_ms[c.transform.name])  # stable: ties keep the prior order
 
 
