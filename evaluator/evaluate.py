@@ -108,9 +108,11 @@ class _Evaluation:
             if candidate is not None and candidate.seeded:
                 self.evidence.append(Evidence(check="sandbox", message=(
                     "the engines started from the compile caches an earlier evaluation's baseline left")))
+            engine_seconds = {w.role: round(w.busy_s, 3) for w in self.pool.workers}
             self.pool.close(trusted=self._baseline_worker)
         return Verdict(status=status, candidate=str(self.candidate_dir), baseline=str(self.baseline_dir),
-                       summary=summary, evidence=self.evidence, stage_seconds=self.stages, log_tail=log_tail,
+                       summary=summary, evidence=self.evidence, stage_seconds=self.stages,
+                       engine_seconds=engine_seconds, log_tail=log_tail,
                        hardware=self.ready.hardware if self.ready else "",
                        software=self.ready.software if self.ready else "", judge=judge_version(self.target),
                        **self.verdict_fields)

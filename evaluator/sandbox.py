@@ -147,6 +147,7 @@ class Worker:
         self._last_rss_check = 0.0
         self.frozen = False
         self.notes: list[str] = []  # what confine() could not apply, from the worker's first message
+        self.busy_s = 0.0  # answering the judge's calls and streams, its build excluded
         init = WorkerInit(role=role, package=ORACLE_PACKAGE if package_dir is None else NEUTRAL_PACKAGE,
                           confinement=Confinement(str(tmp), None if package_root is None else str(package_root),
                                                   self.uid),
@@ -171,8 +172,11 @@ class Worker:
             raise WorkerFailure(self.role, Status.CHEAT_SUSPECTED, f"malformed ready message ({e!r})") from e
 
     def call(self, op: str, deadline: Deadline, kind: str, **args) -> dict:
+        started = time.perf_counter()
         self._send({"op": op, **args}, deadline)
-        return self._expect(self._recv(deadline)[0], kind)
+        reply = self._expect(self._recv(deadline)[0], kind)
+        self.busy_s += time.perf_counter() - started
+        return reply
 
     def stream(self, deadline: Deadline, **args) -> Iterator[tuple[dict, float]]:
         """Yields (message, arrival time) for each chunk and the final `done`; the first item is the send time."""
@@ -183,6 +187,7 @@ class Worker:
             message, arrived = self._recv(deadline)
             yield self._expect(message, "chunk", "done"), arrived
             if message["kind"] == "done":
+                self.busy_s += arrived - sent
                 return
 
     # ---- process control

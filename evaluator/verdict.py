@@ -155,6 +155,9 @@ class Verdict(_Model):
     comparison: Comparison | None = None
     free_running_agreement_frames: list[int] = []  # per prompt: frames equal before first divergence
     stage_seconds: dict[str, float] = {}
+    # per engine (candidate, oracle, baseline): seconds spent answering the judge, builds excluded; where an
+    # evaluation's time goes across its stages (the eager oracle's share, say)
+    engine_seconds: dict[str, float] = {}
     log_tail: str = ""
     hardware: str = ""
     software: str = ""  # torch / triton / CUDA versions

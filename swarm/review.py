@@ -105,6 +105,8 @@ def evidence_table(verdict: Verdict) -> Table:
         table.add_column(name)
     for stage, seconds in verdict.stage_seconds.items():
         table.add_row(stage, f"{seconds:.1f}")
+    for role, seconds in verdict.engine_seconds.items():
+        table.add_row(f"{role} engine busy", f"{seconds:.1f}")
     if verdict.free_running_agreement_frames:
         table.add_row("free-running agreement (frames)", ", ".join(map(str, verdict.free_running_agreement_frames)))
     for e in verdict.evidence:

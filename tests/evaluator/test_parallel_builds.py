@@ -18,6 +18,11 @@ def test_the_kept_baseline_builds_beside_the_candidate(tiny_target, tmp_path):
     assert verdict.status.is_correct, verdict.summary
     assert "baseline_build" not in verdict.stage_seconds
     assert verdict.stage_seconds["build"] < 2 * BUILD_S, verdict.stage_seconds
+    # the judge asks one engine at a time, so their busy times, builds excluded, fit in the stages after the build
+    assert set(verdict.engine_seconds) == {"candidate", "oracle", "baseline"}
+    assert all(s > 0 for s in verdict.engine_seconds.values()), verdict.engine_seconds
+    after_build = sum(verdict.stage_seconds.values()) - verdict.stage_seconds["build"]
+    assert sum(verdict.engine_seconds.values()) <= after_build, (verdict.engine_seconds, verdict.stage_seconds)
 
 
 def test_the_a_a_copies_build_at_once(tiny_target, tmp_path):
