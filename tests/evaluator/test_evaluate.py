@@ -68,15 +68,25 @@ def test_calibration_measures_the_baseline_against_itself(tiny_target, tmp_path)
     assert calibration.rel_iqr >= 0
 
 
-def _erratic(tmp_path, name: str, low_s: float, high_s: float, alternate: bool = False):
-    """The reference, but each stream first waits low_s-high_s at random (or low_s and high_s in turn): trials of
-    a few frames then spread far over 10%."""
-    line = "        rows = build_rows(self.config, request, self.tokenizer).to(self.device)\n"
-    wait = f"        import random, time\n        time.sleep(random.uniform({low_s}, {high_s}))\n"
+def _erratic(tmp_path, name: str, low: float, high: float, alternate: bool = False):
+    """The reference, but each stream first waits low-high times as long as its previous stream's frames took,
+    at random (or low and high in turn): trials then spread far over 10% whatever the host's speed."""
+    body = ("        rows = build_rows(self.config, request, self.tokenizer).to(self.device)\n"
+            "        step = self.prefill(rows, request.sampling, request.seed)\n"
+            "        for n in range(1, request.max_frames + 1):\n"
+            "            frame = step.frame.clone()  # a FrameStep may alias engine buffers (api.py)\n"
+            "            if not request.ignore_eos and int(frame[0]) == self.config.eos_token_id:\n"
+            "                return\n"
+            "            yield frame\n"
+            "            if n < request.max_frames:\n"
+            "                step = self.decode_frame()\n")
+    factor = f"random.uniform({low}, {high})"
     if alternate:  # any three trials in a row hold both waits, so their spread is wide on every run
-        wait = (f"        import time\n        global _WAITS\n        _WAITS = globals().get('_WAITS', 0) + 1\n"
-                f"        time.sleep(({low_s}, {high_s})[_WAITS % 2])\n")
-    return make_candidate(tmp_path, {"engine.py": (line, wait + line)}, name=name)
+        factor = f"({low}, {high})[_WAITS % 2]"
+    wait = ("        import random, time\n        global _WAITS, _LAST\n        _WAITS = globals().get('_WAITS', 0) + 1\n"
+            f"        time.sleep({factor} * globals().get('_LAST', 0.0))\n        began = time.perf_counter()\n")
+    timed = wait + body + "        _LAST = time.perf_counter() - began\n"
+    return make_candidate(tmp_path, {"engine.py": (body, timed)}, name=name)
 
 
 def test_a_spread_undecided_verdict_gets_more_pairs_and_a_decided_one_does_not(tiny_target, tmp_path):
@@ -85,16 +95,16 @@ def test_a_spread_undecided_verdict_gets_more_pairs_and_a_decided_one_does_not(t
     reference trial is plainly slower after warm_trials, and stops there. The A/A of an erratic engine extends
     as well."""
     spec = tiny_target.benchmark
-    erratic = _erratic(tmp_path, "erratic", 0.05, 0.25, alternate=True)
+    erratic = _erratic(tmp_path, "erratic", 1.0, 5.0, alternate=True)
     undecided = evaluate(REFERENCE_DIR, tiny_target, baseline_dir=erratic, work_dir=tmp_path / "undecided",
                          secret_seed=11)
     assert undecided.status is Status.NOISY and undecided.comparison.pairs == spec.warm_trials_cap, \
         undecided.summary
-    slow = _erratic(tmp_path, "slow", 0.2, 1.2, alternate=True)
+    slow = _erratic(tmp_path, "slow", 2.0, 12.0, alternate=True)
     slower = evaluate(slow, tiny_target, baseline_dir=REFERENCE_DIR, work_dir=tmp_path / "slower", secret_seed=12)
     assert slower.status is Status.SLOWER and slower.comparison.pairs == spec.warm_trials, slower.summary
     assert slower.comparison.spread > 0.1
     # at random: two copies that waited in turn would wait alike in every pair
-    jittery = _erratic(tmp_path, "jittery", 0.0, 0.2)
+    jittery = _erratic(tmp_path, "jittery", 0.0, 4.0)
     calibration = calibrate_noise(jittery, tiny_target, work_dir=tmp_path / "aa", secret_seed=13)
     assert calibration.rel_iqr > 0.1 and calibration.pairs == spec.warm_trials_cap
