@@ -8,6 +8,7 @@ import json
 
 from evaluator.verdict import Profile, Verdict
 from knowledge_base import EngineKey, Figures, KnowledgeStore
+from knowledge_base.hardware import LAUNCH_COSTS
 from targets import Target
 
 from .outcome import DUPLICATE, is_promising, unmet_aims, unmet_criteria
@@ -26,12 +27,16 @@ def describe_figures(figures: Figures, speedup_vs_baseline: float) -> str:
             f"{speedup_vs_baseline:.3f}x the run's baseline")
 
 
-def describe_profile(profile: Profile) -> str:
+def describe_profile(profile: Profile, gpu: str | None = None) -> str:
+    """With a `gpu` whose launch cost is measured (knowledge_base.hardware), a CUDA profile's launch count in ms."""
     what = "CUDA kernels, self device time" if profile.source == "cuda" else "CPU ops, self CPU time"
     head = (f"Where the parent's time goes per frame ({what}; {profile.total_ms_per_frame:.3f} ms and "
             f"{profile.total_calls_per_frame:.1f} calls in all, over {profile.frames} streamed frames):")
     lines = [head, f"{'ms':>9} {'calls':>8}  op/kernel"]
     lines += [f"{r.ms_per_frame:9.3f} {r.calls_per_frame:8.1f}  {r.name}" for r in profile.rows[:PROFILE_LINES]]
+    cost = LAUNCH_COSTS.get(gpu or "")
+    if profile.source == "cuda" and cost is not None:
+        lines.append(cost.describe(gpu, profile.total_calls_per_frame, profile.total_ms_per_frame))
     return "\n".join(lines)
 
 
@@ -74,6 +79,8 @@ def build_context(target: Target, kb: KnowledgeStore, view: RunView, key: Engine
                   parent_files: dict[str, str], iteration: int, slot: int) -> ProposalContext:
     speedup = view.speedup_vs_baseline(parent)
     figures, profile = describe_figures(parent.figures, speedup), parent_profile(view, parent)
+    if profile is not None:
+        figures = f"{figures}\n{describe_profile(profile, target.hardware.gpu)}"
     lessons = [Lesson(feature=x.feature, outcome=x.outcome, summary=x.summary, evidence=x.evidence,
                       verdict=x.verdict)
                for x in kb.lessons(architecture=key.architecture, limit=MAX_LESSONS)]
@@ -84,7 +91,7 @@ def build_context(target: Target, kb: KnowledgeStore, view: RunView, key: Engine
         gpu=target.hardware.gpu,
         parent_id=parent.id,
         parent_files=parent_files,
-        parent_figures=figures if profile is None else f"{figures}\n{describe_profile(profile)}",
+        parent_figures=figures,
         parent_kernels={} if profile is None else {r.name: r.ms_per_frame for r in profile.rows},
         acceptance=describe_acceptance(target, parent, speedup),
         unmet_aims=unmet_aims(target.acceptance, parent.figures, speedup),

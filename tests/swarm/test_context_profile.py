@@ -8,6 +8,7 @@ from swarm_fakes import FakeAgent
 
 from evaluator.verdict import PROFILE_ROWS, Profile, ProfileRow
 from knowledge_base import REFERENCE_ID
+from knowledge_base.hardware import LAUNCH_COSTS
 from swarm.agents.prompt import proposal_prompt
 from swarm.context import describe_profile
 
@@ -44,6 +45,19 @@ def test_a_full_profile_stays_within_the_prompt_budget():
     text = describe_profile(Profile(source="cuda", frames=8, rows=rows, total_ms_per_frame=9.0,
                                     total_calls_per_frame=40.0))
     assert len(text.splitlines()) <= 14 and "CUDA kernels" in text and "9.000 ms" in text
+
+
+def test_a_measured_launch_cost_turns_the_kernel_count_into_time():
+    """On a GPU kind whose launch cost is measured, agents read the parent's launches as milliseconds; elsewhere,
+    and for CPU ops, the profile says nothing of launches."""
+    rows = [ProfileRow(name="k", ms_per_frame=1.0, calls_per_frame=400.0)]
+    cuda = Profile(source="cuda", frames=8, rows=rows, total_ms_per_frame=3.0, total_calls_per_frame=400.0)
+    cost = LAUNCH_COSTS["h200"]
+    line = describe_profile(cuda, "h200").splitlines()[-1]
+    assert f"~{400 * cost.fixed_us / 1e3:.2f} ms of its 3.00 ms" in line and "400 launches" in line
+    assert "launches" not in describe_profile(cuda, "b200") and "launches" not in describe_profile(cuda)
+    cpu = Profile(source="cpu", frames=8, rows=rows, total_ms_per_frame=3.0, total_calls_per_frame=400.0)
+    assert "launches" not in describe_profile(cpu, "h200")
 
 
 def test_agents_see_the_unmet_criteria_as_text_and_as_aims():
