@@ -152,6 +152,9 @@ def eval_(candidate_dir: Annotated[Path, typer.Argument(help="an engine package 
                   f"TTFA ratio {c.ttfa_ratio:.3f}")
         if c.first_audio is not None:
             out.print(f"  {c.first_audio.describe()}")
+    stages = ", ".join(f"{stage} {s:.1f}" for stage, s in verdict.stage_seconds.items())
+    engines = ", ".join(f"{role} {s:.1f}" for role, s in verdict.engine_seconds.items())
+    out.print(f"  seconds by stage: {stages}; engines busy: {engines}", highlight=False)
     raise typer.Exit(0 if verdict.status.value == "pass" else 1)
 
 

@@ -146,3 +146,15 @@ def test_eval_refuses_a_calibration_that_is_not_one(tmp_path):
     result = runner.invoke(app, ["eval", str(ROOT / "reference_runtime" / "model"), "--target",
                                  str(ROOT / "targets" / "drama3_cpu.yaml"), "--calibration", str(kept)])
     assert result.exit_code == 2 and "is not a kept A/A calibration" in result.output and "delete it" in result.output
+
+
+def test_eval_says_where_the_evaluation_time_went(tmp_path):
+    target = small_target(benchmark={"prompts": small_target().benchmark.prompts[:1], "frames": 3, "warm_trials": 3},
+                          tolerances={"prompts": 1, "frames": 3})
+    path = tmp_path / "small.yaml"
+    path.write_text(json.dumps(target.model_dump(mode="json")))  # JSON is YAML
+    result = runner.invoke(app, ["eval", str(ROOT / "reference_runtime" / "model"), "--target", str(path)])
+    assert result.exit_code == 1, result.output  # the reference is not faster than itself
+    line = next(x for x in result.output.splitlines() if "seconds by stage" in x)
+    assert "build" in line and "correctness" in line and "benchmark" in line, line
+    assert "engines busy: candidate" in line and "oracle" in line, line
