@@ -89,12 +89,13 @@ def render_html(review: RunReview, acceptance_fps: float | None = None, acceptan
                     f"<td>{_fmt(f.ttfa_ms, '.2f')}</td><td>{_fmt(f.rtf, '.4f')}</td></tr>")
         evidence = "".join(f"<li><b>{escape(e.check)}</b>: {escape(e.message)}</li>" for e in r.verdict.evidence)
         stages = ", ".join(f"{escape(k)} {v:.1f} s" for k, v in r.verdict.stage_seconds.items())
+        busy = ", ".join(f"{escape(k)} {v:.1f} s" for k, v in r.verdict.engine_seconds.items())
         sections.append(
             f"<h2>{escape(r.kept.id)}: {escape(r.kept.title)}</h2>"
             f"<p class=muted>agent {escape(r.candidate.agent)} · parent {escape(r.kept.parent_id)} · commit "
             f"<code>{r.kept.git_commit[:12]}</code> · {r.speedup_vs_baseline:.3f}x baseline</p>"
             f"<p>{escape(r.candidate.rationale)}</p><p><b>verdict</b> {escape(r.verdict.status.value)}: "
-            f"{escape(r.verdict.summary)}</p><p class=muted>stages: {stages or '-'}</p>"
+            f"{escape(r.verdict.summary)}</p><p class=muted>stages: {stages or '-'}; engines busy: {busy or '-'}</p>"
             f"<ul>{evidence}</ul>{_diff_html(r.diff)}")
     plots = (_line_plot(_series(review.points, "frames_per_s"), "best frames/s (p50)", "frames/s", acceptance_fps)
              + _line_plot(_series(review.points, "ttfa_ms"), "TTFA of the best engine (p50, ms)", "ms",
