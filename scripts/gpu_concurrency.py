@@ -6,9 +6,9 @@
 
 No engine batches streams yet. Each instance shares the weights and holds its own state, CUDA graphs and CUDA
 stream, and serves one request in its own thread; N streams start together. So the aggregate frames/s says how
-much of the GPU one stream leaves idle (a frame's kernels are mostly fixed launch costs and dependent steps,
-docs/benchmarks.md session 18), not what a batched decode, which reads each weight once for all its streams,
-would reach. Every concurrent stream must equal the same instance's stream of the same request served alone:
+much of the GPU one stream leaves idle (about half of a frame's kernel time is fixed launch costs and dependent
+steps, docs/benchmarks.md session 18), not what a batched decode, which reads each weight once for all its
+streams, would reach. Every concurrent stream must equal the same instance's stream of the same request served alone:
 the instances share nothing writable. The table gives, per N: the aggregate frames/s (N x frames over the time
 from the common start to the last stream's end, the median over trials), each stream's frames/s and time to
 first audio, and the aggregate's ratio to N = 1, measured in the same process. Instances are built up to the
