@@ -13,19 +13,24 @@ from evaluator.sandbox import REFERENCE_DIR
 from targets.schema import Target
 
 
-def make_candidate(tmp_path: Path, edits: dict[str, tuple[str, str]] | None = None,
+Edit = tuple[str, str]
+
+
+def make_candidate(tmp_path: Path, edits: dict[str, Edit | list[Edit]] | None = None,
                    files: dict[str, str] | None = None, name: str = "candidate") -> Path:
-    """A candidate directory under tmp_path: the reference package, then `edits` (filename -> (old, new), each
-    `old` must occur exactly once), then `files` (filename -> full new content)."""
+    """A candidate directory under tmp_path: the reference package, then `edits` (filename -> (old, new), or a
+    list of them applied in turn; each `old` must occur exactly once), then `files` (filename -> full content)."""
     dest = tmp_path / name
     shutil.copytree(REFERENCE_DIR, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    for filename, (old, new) in (edits or {}).items():
+    for filename, spec in (edits or {}).items():
         path = dest / filename
         text = path.read_text()
-        if text.count(old) != 1:
-            raise ValueError(f"make_candidate: {filename} contains {text.count(old)} copies of {old!r}, need "
-                             "exactly 1; quote a longer, unique piece of the reference")
-        path.write_text(text.replace(old, new))
+        for old, new in [spec] if isinstance(spec, tuple) else spec:
+            if text.count(old) != 1:
+                raise ValueError(f"make_candidate: {filename} contains {text.count(old)} copies of {old!r}, need "
+                                 "exactly 1; quote a longer, unique piece of the reference")
+            text = text.replace(old, new)
+        path.write_text(text)
     for filename, content in (files or {}).items():
         (dest / filename).write_text(content)
     return dest

@@ -71,22 +71,15 @@ def test_calibration_measures_the_baseline_against_itself(tiny_target, tmp_path)
 def _erratic(tmp_path, name: str, low: float, high: float, alternate: bool = False):
     """The reference, but each stream first waits low-high times as long as its previous stream's frames took,
     at random (or low and high in turn): trials then spread far over 10% whatever the host's speed."""
-    body = ("        rows = build_rows(self.config, request, self.tokenizer).to(self.device)\n"
-            "        step = self.prefill(rows, request.sampling, request.seed)\n"
-            "        for n in range(1, request.max_frames + 1):\n"
-            "            frame = step.frame.clone()  # a FrameStep may alias engine buffers (api.py)\n"
-            "            if not request.ignore_eos and int(frame[0]) == self.config.eos_token_id:\n"
-            "                return\n"
-            "            yield frame\n"
-            "            if n < request.max_frames:\n"
-            "                step = self.decode_frame()\n")
+    first = "        rows = build_rows(self.config, request, self.tokenizer).to(self.device)\n"
+    last = "                step = self.decode_frame()\n"  # the frame loop's last line
     factor = f"random.uniform({low}, {high})"
     if alternate:  # any three trials in a row hold both waits, so their spread is wide on every run
         factor = f"({low}, {high})[_WAITS % 2]"
     wait = ("        import random, time\n        global _WAITS, _LAST\n        _WAITS = globals().get('_WAITS', 0) + 1\n"
             f"        time.sleep({factor} * globals().get('_LAST', 0.0))\n        began = time.perf_counter()\n")
-    timed = wait + body + "        _LAST = time.perf_counter() - began\n"
-    return make_candidate(tmp_path, {"engine.py": (body, timed)}, name=name)
+    edits = [(first, wait + first), (last, last + "        _LAST = time.perf_counter() - began\n")]
+    return make_candidate(tmp_path, {"engine.py": edits}, name=name)
 
 
 def test_a_spread_undecided_verdict_gets_more_pairs_and_a_decided_one_does_not(tiny_target, tmp_path):
