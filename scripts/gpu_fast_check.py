@@ -461,9 +461,10 @@ def main() -> None:
     parser.add_argument("--config", default="drama3", help="model config (drama3-tiny for a dry run)")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--kept", help="also check a kept engine of $SWARM_HOME's knowledge base: an id or 'best'")
-    parser.add_argument("--kept-plus", default="",
+    parser.add_argument("--kept-plus", action="append", default=[],
                         help="with --kept, also that engine with these applied on top, comma-separated: a transform "
-                             "(its first variant) or renew:<transform> (today's kernel files), in order")
+                             "(its first variant) or renew:<transform> (today's kernel files), in order; given again, "
+                             "another such engine (kept_plus2, ...), so that a stack and its parts are timed together")
     args = parser.parse_args()
     names = [e for e in args.engines.split(",") if e]
     unknown = [e for e in names if e not in RECIPES]
@@ -472,16 +473,16 @@ def main() -> None:
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("no CUDA device: pass --device cpu --config drama3-tiny for a dry run")
     started, device, config = time.perf_counter(), torch.device(args.device), get_config(args.config)
-    plus = [p for p in args.kept_plus.split(",") if p]
-    if plus and not args.kept:
+    stacks = [[p for p in stack.split(",") if p] for stack in args.kept_plus]
+    if stacks and not args.kept:
         sys.exit("--kept-plus needs --kept")
     kept = []  # resolved before the reference's minutes, so that a wrong id or transform fails at once
     if args.kept:
         title, kept_files = kept_engine(args.kept, config.name)
         kept.append(("kept", [title], lambda: kept_files))
-        if plus:
+        for i, plus in enumerate(stacks):
             plus_engine = plus_files(kept_files, plus)
-            kept.append(("kept_plus", [title, *plus], lambda: plus_engine))
+            kept.append((f"kept_plus{i + 1 if i else ''}", [title, *plus], lambda files=plus_engine: files))
     tol = load_target(REPO / "targets" / "drama3_h200.yaml").tolerances
     weights = init_weights(config, seed=0, device=device)
     sync()

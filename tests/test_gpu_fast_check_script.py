@@ -38,15 +38,16 @@ def test_dry_run_checks_the_best_kept_engine(tmp_path):
     out = tmp_path / "fc.json"
     done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--config", "drama3-tiny", "--device", "cpu",
                            "--frames", "4", "--trials", "1", "--engines", "", "--kept", "best",
-                           "--kept-plus", "deltanet_conv_unfold"],
+                           "--kept-plus", "deltanet_conv_unfold", "--kept-plus", "deltanet_conv_unfold,rope_tables"],
                           env=os.environ | {"SWARM_HOME": str(tmp_path / "home")}, capture_output=True, text=True,
                           timeout=300, check=False)
     assert done.returncode == 0, done.stderr
     reports = {r["engine"]: r for r in json.loads(out.read_text())["reports"]}
-    assert sorted(reports) == ["kept", "kept_plus", "reference"]
+    assert sorted(reports) == ["kept", "kept_plus", "kept_plus2", "reference"]
     assert reports["kept"]["transforms"] == [f"{kept_id}: same"]
     assert reports["kept_plus"]["transforms"] == [f"{kept_id}: same", "deltanet_conv_unfold"]
-    for kept in (reports["kept"], reports["kept_plus"]):
+    assert reports["kept_plus2"]["transforms"] == [f"{kept_id}: same", "deltanet_conv_unfold", "rope_tables"]
+    for kept in (reports["kept"], reports["kept_plus"], reports["kept_plus2"]):
         assert kept["error"] is None
         assert kept["correctness"] and not any(c["problems"] for c in kept["correctness"])
         assert sorted(kept["prompts"]) == ["hello", "sentences", "voice"]
