@@ -1,6 +1,6 @@
 """Tiles of triton_tower's GEMV kernels at the graphed frame's shapes, against cuBLAS, on the GPU:
 
-    python3 scripts/gpu_gemv_bench.py [--out gemv.json] [--budget-s 240]
+    python3 scripts/gpu_gemv_bench.py [--out gemv.json] [--budget-s 240] [--defaults-only]
 
 The frame's dense layers are one-row GEMVs (tower and backbone-attention q|k|v, tower gate|up, o_proj, down, the
 DeltaNet in_proj and out_proj), so their tiles decide most of its time once launches are few. Each (shape,
@@ -110,6 +110,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, help="JSON results path")
     parser.add_argument("--budget-s", type=float, default=240.0, help="start no new shape after this many seconds")
+    parser.add_argument("--defaults-only", action="store_true",
+                        help="only cuBLAS and the default tiles, with and without programmatic dependent launch")
     args = parser.parse_args()
     started = time.monotonic()
     kernels = recipe_module((("cuda_graph_frame", {}), ("triton_tower", {})), "triton_tower", "gemv_bench_engine")
@@ -123,7 +125,8 @@ def main() -> None:
         nbytes = mats * shape.rows * shape.cols * 2
         found = []
         default_tiles = DEFAULTS[shape.kind == "residual"]
-        candidates = [("cublas", None)] + [("triton", t) for t in TILES if t[1] <= shape.cols]
+        tiles = [default_tiles] if args.defaults_only else TILES
+        candidates = [("cublas", None)] + [("triton", t) for t in tiles if t[1] <= shape.cols]
         candidates += [("triton_pdl", default_tiles)] if default_tiles[1] <= shape.cols else []
         for kernel, tiles in candidates:
             try:
