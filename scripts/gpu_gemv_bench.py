@@ -1,16 +1,14 @@
 """Tiles of triton_tower's GEMV kernels at the graphed frame's shapes, against cuBLAS, on the GPU:
 
-    python3 scripts/gpu_gemv_bench.py [--out gemv.json] [--budget-s 240] [--defaults-only]
+    python3 scripts/gpu_gemv_bench.py [--out gemv.json] [--budget-s 240]
 
 The frame's dense layers are one-row GEMVs (tower and backbone-attention q|k|v, tower gate|up, o_proj, down, the
 DeltaNet in_proj and out_proj), so their tiles decide most of its time once launches are few. Each (shape,
 kernel, tiles) is captured as a CUDA graph of launches on distinct weight copies (more bytes than L2 holds, as
 in the frame, where every layer's weights are read once) and replayed; the table gives us per launch and the
-achieved GB/s, fastest first, next to cuBLAS (F.linear), and the default tiles once more launched with
-programmatic dependent launch ("triton_pdl": templates/pdl/pdl.py), whose gain per launch is the chain's.
-Nothing here decides anything: it says which tiles to give the transforms' defaults (session 8 it also showed
-that the residual GEMVs ran at half the bandwidth while they reduced once per K chunk; they now keep a 2-D
-accumulator). Needs CUDA.
+achieved GB/s, fastest first, next to cuBLAS (F.linear). Nothing here decides anything: it says which tiles to
+give the transforms' defaults (session 8 it also showed that the residual GEMVs ran at half the bandwidth while
+they reduced once per K chunk; they now keep a 2-D accumulator). Needs CUDA.
 """
 from __future__ import annotations
 
@@ -95,23 +93,20 @@ def _launches(kernels, shape: Shape, tiles: tuple[int, int, int] | None, kernel:
         return [lambda w=w: F.silu(F.linear(x, w[0])) * F.linear(x, w[-1]) if mats == 2 else F.linear(x, w[0])
                 for w in weights]
     bn, bk, warps = tiles
-    pdl = kernel == "triton_pdl"
     if shape.kind == "residual":
         return [lambda w=w: kernels._residual_gemv_kernel[(shape.rows // bn,)](
-            x, w[0], res, out, gain, out, ticket, 1e-6, shape.cols, shape.rows, False, bn, bk, bk, pdl,
-            num_warps=warps, launch_pdl=pdl) for w in weights]
+            x, w[0], res, out, gain, out, ticket, 1e-6, shape.cols, shape.rows, False, bn, bk, bk, num_warps=warps)
+            for w in weights]
     swiglu = shape.kind == "swiglu"
     return [lambda w=w: kernels._norm_gemv_kernel[(shape.rows // bn,)](
         x, gain, w[0], w[-1], w[0], out, 1e-6, shape.cols, shape.rows, 0 if swiglu else shape.rows, swiglu, bn, bk,
-        pdl, num_warps=warps, launch_pdl=pdl) for w in weights]
+        num_warps=warps) for w in weights]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, help="JSON results path")
     parser.add_argument("--budget-s", type=float, default=240.0, help="start no new shape after this many seconds")
-    parser.add_argument("--defaults-only", action="store_true",
-                        help="only cuBLAS and the default tiles, with and without programmatic dependent launch")
     args = parser.parse_args()
     started = time.monotonic()
     kernels = recipe_module((("cuda_graph_frame", {}), ("triton_tower", {})), "triton_tower", "gemv_bench_engine")
@@ -124,10 +119,7 @@ def main() -> None:
         mats = 2 if shape.kind == "swiglu" else 1
         nbytes = mats * shape.rows * shape.cols * 2
         found = []
-        default_tiles = DEFAULTS[shape.kind == "residual"]
-        tiles = [default_tiles] if args.defaults_only else TILES
-        candidates = [("cublas", None)] + [("triton", t) for t in tiles if t[1] <= shape.cols]
-        candidates += [("triton_pdl", default_tiles)] if default_tiles[1] <= shape.cols else []
+        candidates = [("cublas", None)] + [("triton", t) for t in TILES if t[1] <= shape.cols]
         for kernel, tiles in candidates:
             try:
                 us = _graph_us(_launches(kernels, shape, tiles, kernel))
@@ -139,15 +131,14 @@ def main() -> None:
             found.append(Row(shape.name, kernel, bn, bk, warps, round(us, 2), round(nbytes / us / 1e3, 1)))
         found.sort(key=lambda r: r.us)
         rows += found
-        default, default_pdl = (next((r for r in found if (r.kernel, r.block_n, r.block_k, r.num_warps) ==
-                                     (kernel, *default_tiles)), None) for kernel in ("triton", "triton_pdl"))
+        default = next((r for r in found if (r.kernel, r.block_n, r.block_k, r.num_warps) ==
+                        ("triton", *DEFAULTS[shape.kind == "residual"])), None)
         print(f"\n{shape.name}: ({shape.rows} x {shape.cols}) bf16, {shape.per_frame} per frame; default tiles "
-              f"{default.us if default else '-'} us, with programmatic dependent launch "
-              f"{default_pdl.us if default_pdl else '-'} us")
-        print(f"  {'kernel':10} {'BN':>4} {'BK':>5} {'warps':>5} {'us':>8} {'GB/s':>8}")
-        shown = found[:6] + [r for r in found[6:] if r.kernel == "cublas" or r in (default, default_pdl)]
+              f"{default.us if default else '-'} us")
+        print(f"  {'kernel':8} {'BN':>4} {'BK':>5} {'warps':>5} {'us':>8} {'GB/s':>8}")
+        shown = found[:6] + [r for r in found[6:] if r.kernel == "cublas" or r is default]
         for r in shown:
-            print(f"  {r.kernel:10} {r.block_n:4d} {r.block_k:5d} {r.num_warps:5d} {r.us:8.2f} {r.gb_per_s:8.1f}")
+            print(f"  {r.kernel:8} {r.block_n:4d} {r.block_k:5d} {r.num_warps:5d} {r.us:8.2f} {r.gb_per_s:8.1f}")
         if args.out:
             args.out.write_text(json.dumps([asdict(r) for r in rows], indent=1))
 

@@ -101,13 +101,13 @@ def _launches(fused, layer: Layer, kernel: str, t: dict[str, int]) -> list[Calla
         hidden, ids = torch.empty(k, inter, device=DEVICE), torch.empty(k, dtype=torch.int32, device=DEVICE)
         return [lambda logits=logits: fused._gate_up_kernel[(k, inter // bn)](
             layer.x, logits, layer.gate_up, layer.gate_up_scale, hidden, ids, E, triton.next_power_of_2(E), k, kp,
-            h, inter, block, bn, bk, True, False, num_warps=t["num_warps"]) for logits in layer.logits]
+            h, inter, block, bn, bk, True, num_warps=t["num_warps"]) for logits in layer.logits]
     dbn, shared = min(t["down_block_n"], block), CFG.shared_expert_intermediate_size
     out = torch.empty_like(layer.x)
     return [lambda ids=ids, sd=sd: fused._down_kernel[(h // dbn,)](
         layer.hidden, ids, layer.down, layer.down_scale, *layer.shared, sd, layer.x, out, k, kp, h, inter,
         shared, block, dbn, min(block, fused._tile(inter, t["down_block_k"])), fused._tile(shared, t["down_block_k"]),
-        True, False, False, num_warps=t["down_warps"]) for ids, sd in zip(layer.ids, layer.shared_down)]
+        True, False, num_warps=t["down_warps"]) for ids, sd in zip(layer.ids, layer.shared_down)]
 
 
 def _bytes(kernel: str) -> int:

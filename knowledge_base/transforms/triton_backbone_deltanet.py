@@ -30,7 +30,7 @@ def _apply(files: Files, params: Params) -> list[Patch]:
     if any(n < 1 or n & (n - 1) for n in sizes.values()):
         raise ValueError(f"triton_backbone_deltanet: every parameter must be a power of two, got {sizes}")
     return [
-        *template_files(files, "triton_backbone_deltanet"), *template_files(files, "pdl"),
+        *template_files(files, "triton_backbone_deltanet"),
         KNOBS.patch(sizes),
         *triton_switch(files),
         replace_once(files, STEP, _MIXER, '''\
@@ -64,7 +64,7 @@ triton_backbone_deltanet = Transform(
     devices=frozenset({"cuda"}),
     proven=frozenset({"cuda"}),
     knobs=KNOBS,
-    templates=("triton_backbone_deltanet", "pdl"),
+    templates=("triton_backbone_deltanet",),
     apply=_apply,
     # the out kernel's tiles: those of the same (2048 x 4096) shape in scripts/gpu_gemv_bench.py
     space={"block_v": (32, 16, 64), "num_warps": (4, 2, 8), "out_block_n": (8, 4, 16), "out_block_k": (1024, 512),

@@ -47,7 +47,7 @@ def _apply(files: Files, params: Params) -> list[Patch]:
         raise ValueError(f"triton_deltanet: block_v ({block_v}), num_warps ({warps}) and chunk_rows ({chunk_rows}) "
                          "must be powers of two, chunk_rows 0 or >= 16")
     return [
-        *template_files(files, "triton_deltanet"), *template_files(files, "pdl"),
+        *template_files(files, "triton_deltanet"),
         KNOBS.patch({"block_v": block_v, "num_warps": warps, "chunk_rows": chunk_rows}),
         replace_once(files, DELTANET, _DOC_END + _LOOP, _DOC_END + """\
     if q.is_cuda or os.environ.get("TRITON_INTERPRET") == "1":  # Triton is imported only where it can run
@@ -72,7 +72,7 @@ triton_deltanet = Transform(
     devices=frozenset({"cuda"}),
     proven=frozenset({"cuda"}),
     knobs=KNOBS,
-    templates=("triton_deltanet", "pdl"),
+    templates=("triton_deltanet",),
     apply=_apply,
     # fastest first on H200 at full dims. The chunked form is slower there at prompt sizes (session 12,
     # docs/measurements/2026-12-04_h200_s12_chunked_delta_rule.log, one layer's call in a 256-row bucket with 209

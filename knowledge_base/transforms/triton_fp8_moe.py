@@ -32,7 +32,7 @@ def _apply(files: Files, params: Params) -> list[Patch]:
         raise ValueError(f"triton_fp8_moe: block_n ({block_n}), num_warps ({warps}) and down_slots ({slots}) must be "
                          "powers of two")
     return [
-        *template_files(files, "triton_fp8_moe"), *template_files(files, "pdl"), *template_files(files, "fp8_triton"),
+        *template_files(files, "triton_fp8_moe"), *template_files(files, "fp8_triton"),
         KNOBS.patch({"block_n": block_n, "num_warps": warps, "down_slots": slots}),
         replace_once(files, MOE, CALL, TRITON_CALL),
         replace_once(files, MOE, "import torch\n", "import os\n\nimport torch\n"),
@@ -50,7 +50,7 @@ triton_fp8_moe = Transform(
     devices=frozenset({"cuda"}),
     proven=frozenset({"cuda"}),
     knobs=KNOBS,
-    templates=("triton_fp8_moe", "fp8_triton", "pdl"),
+    templates=("triton_fp8_moe", "fp8_triton"),
     apply=_apply,
     space={"block_n": (16, 8, 32), "num_warps": (4, 2, 8), "down_slots": (8, 1, 2)},
     requires=("cuda_graph_frame",),

@@ -41,7 +41,7 @@ def _apply(files: Files, params: Params) -> list[Patch]:
         raise NotApplicable(f"triton_moe_block: {TOWER} predates the GEMV tile helpers its kernel imports; renew "
                             "triton_tower first")
     return [
-        *template_files(files, "triton_moe_block"), *template_files(files, "pdl"),
+        *template_files(files, "triton_moe_block"),
         KNOBS.patch(sizes),
         replace_once(files, STEP, _LOOP_HEAD, f"""\
         cfg, buf = self.config.backbone, self.state.buf
@@ -78,7 +78,7 @@ triton_moe_block = Transform(
     # kernel's add bit for bit, and the kept engine's stack with it passed drama3-tiny's teacher-forced gate
     proven=frozenset({"cuda"}),
     knobs=KNOBS,
-    templates=("triton_moe_block", "pdl"),
+    templates=("triton_moe_block",),
     apply=_apply,
     # fastest first (the bench above): 2/2048/8 warps 20.69 us per layer, 4/1024/4 21.75
     space={"block_n": (2, 4, 1), "block_k": (2048, 1024), "num_warps": (8, 4)},

@@ -27,8 +27,7 @@ def _apply(files: Files, params: Params) -> list[Patch]:
     if any(v < 1 or v & (v - 1) for v in sizes.values()):
         raise ValueError(f"triton_moe_fused: every parameter must be a power of two, got {sizes}")
     return [
-        *template_files(files, "triton_moe_fused"), *template_files(files, "pdl"),
-        *template_files(files, "fp8_triton"),
+        *template_files(files, "triton_moe_fused"), *template_files(files, "fp8_triton"),
         KNOBS.patch(sizes),
         replace_once(files, MOE, _PROJ, _PROJ + """\
     if x.is_cuda or os.environ.get("TRITON_INTERPRET") == "1":  # Triton is imported only where it can run
@@ -54,7 +53,7 @@ triton_moe_fused = Transform(
     devices=frozenset({"cuda"}),
     proven=frozenset({"cuda"}),
     knobs=KNOBS,
-    templates=("triton_moe_fused", "fp8_triton", "pdl"),
+    templates=("triton_moe_fused", "fp8_triton"),
     apply=_apply,
     # defaults and order: scripts/gpu_moe_bench.py on the H200, per layer at full size (session 15, docs/
     # measurements/2026-12-04_h200_s15_moe.json): gate|up 2/2048/1 warp 8.78 us vs 9.19 us for session 10's

@@ -41,8 +41,7 @@ def _apply(files: Files, params: Params) -> list[Patch]:
         raise ValueError(f"triton_prefill_moe: block_m ({bm}), block_n ({bn}) and num_warps ({warps}) must be powers "
                          "of two, the blocks at least 16 (tl.dot's smallest tile)")
     return [
-        *template_files(files, "triton_prefill_moe"), *template_files(files, "pdl"),
-        *template_files(files, "fp8_triton"),
+        *template_files(files, "triton_prefill_moe"), *template_files(files, "fp8_triton"),
         KNOBS.patch({"block_m": bm, "block_n": bn, "num_warps": warps}),
         replace_once(files, MOE, _CALL, """\
         weights, experts = self.route(x)
@@ -66,7 +65,7 @@ triton_prefill_moe = Transform(
     devices=frozenset({"cuda"}),
     proven=frozenset({"cuda"}),
     knobs=KNOBS,
-    templates=("triton_prefill_moe", "fp8_triton", "pdl"),
+    templates=("triton_prefill_moe", "fp8_triton"),
     apply=_apply,
     space={"block_m": (16, 32, 64), "block_n": (64, 128, 32), "num_warps": (4, 8)},
     lesson="The eager MoE loops over up to 256 active experts per layer with a per-call FP8 dequantisation and a "

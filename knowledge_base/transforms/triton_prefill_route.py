@@ -87,7 +87,7 @@ def _apply(files: Files, params: Params) -> list[Patch]:
     return [
         *_todays_grouped_moe(files),
         *_padding_patches(files),
-        *template_files(files, "triton_prefill_route"), *template_files(files, "pdl"),
+        *template_files(files, "triton_prefill_route"),
         KNOBS.patch({"rows": rows, "num_warps": warps}),
         replace_once(files, MOE, _COUNTS, _COUNTS + _FRONT),
         replace_once(files, MOE, _CALL, _ROUTED),
@@ -115,7 +115,7 @@ triton_prefill_route = Transform(
     feature="fp8_moe",
     devices=frozenset({"cuda"}),
     knobs=KNOBS,
-    templates=("triton_prefill_route", "pdl"),
+    templates=("triton_prefill_route",),
     requires=("triton_prefill_moe",),
     apply=_apply,
     space={"rows": (4, 1, 16), "num_warps": (4, 1)},

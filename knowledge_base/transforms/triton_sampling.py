@@ -44,7 +44,7 @@ def _apply(files: Files, params: Params) -> list[Patch]:
     if any(w < 1 or w & (w - 1) for w in warps.values()):
         raise ValueError(f"triton_sampling: warps must be powers of two, got {warps}")
     return [
-        *template_files(files, "triton_sampling"), *template_files(files, "pdl"),
+        *template_files(files, "triton_sampling"),
         KNOBS.patch(warps),
         replace_once(files, SAMPLING, "import torch\n", "import os\n\nimport torch\n"),
         replace_once(files, SAMPLING, "class NoiseTable:\n", _PREDICATE),
@@ -73,7 +73,7 @@ triton_sampling = Transform(
     devices=frozenset({"cuda"}),
     proven=frozenset({"cuda"}),
     knobs=KNOBS,
-    templates=("triton_sampling", "pdl"),
+    templates=("triton_sampling",),
     apply=_apply,
     # one-warp code draws were slower in the frame on the H200 (0.154 vs 0.133 ms for 9 draws, session 15)
     space={"main_warps": (16, 8, 32), "code_warps": (4, 8, 2)},

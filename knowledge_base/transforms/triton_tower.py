@@ -35,7 +35,7 @@ def _apply(files: Files, params: Params) -> list[Patch]:
     if any(v < 1 or v & (v - 1) for v in sizes.values()) or sizes["attn_rows"] < 16:
         raise ValueError(f"triton_tower: every parameter must be a power of two, attn_rows >= 16, got {sizes}")
     return [
-        *template_files(files, "triton_tower"), *template_files(files, "pdl"),
+        *template_files(files, "triton_tower"),
         KNOBS.patch(sizes),
         replace_once(files, TOWER, "import torch\n", "import os\n\nimport torch\n"),
         replace_once(files, TOWER, _DOC + _EPS, _DOC + """\
@@ -66,7 +66,7 @@ triton_tower = Transform(
     devices=frozenset({"cuda"}),
     proven=frozenset({"cuda"}),
     knobs=KNOBS,
-    templates=("triton_tower", "pdl"),
+    templates=("triton_tower",),
     apply=_apply,
     # GEMV tiles fastest first at the frame's shapes on the H200 (scripts/gpu_gemv_bench.py, docs/benchmarks.md
     # sessions 8 and 15): q|k|v, gate|up and in_proj want (8, 1024) rows and columns with 2 warps (1 or 2 warps

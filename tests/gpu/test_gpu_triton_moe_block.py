@@ -43,7 +43,7 @@ def test_kernels_equal_norm_gemv_and_the_fused_moe_at_full_moe_dims(load_package
     got_proj, got_h = torch.empty((1, rows), dtype=x.dtype, device=dev), torch.empty_like(x)
     block._norm_proj_kernel[(-(-rows // block.BLOCK_N),)](
         x, gain, w.proj.mats[0], got_proj, got_h, cfg.rms_norm_eps, H, rows, block.BLOCK_N,
-        block._block(H, block.BLOCK_K), False, num_warps=block.NUM_WARPS)
+        block._block(H, block.BLOCK_K), num_warps=block.NUM_WARPS)
     assert torch.equal(got_h, h)  # the same fp32 math, rounded once
     torch.testing.assert_close(got_proj.float(), torch.cat(w.proj(h), -1).float(), atol=2e-2, rtol=1e-2)
     got = block.moe_block(x, gain, w, cfg)

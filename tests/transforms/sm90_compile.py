@@ -5,11 +5,9 @@ the launch: the same argument binding, specialization, launch options and compil
 check the driver makes when it loads a kernel. Prints each distinct error with the kernel and its arguments and
 exits 1. Launches that specialize alike compile once (Triton's caches).
 
-One flag the wrappers derive from the device is set as on the H200: programmatic dependent launch (`GDC` and the
-`launch_pdl` option, templates/pdl/pdl.py), off under the interpreter, which cannot run its grid dependency
-instructions. What it does not cover: the other such flags (`NATIVE_FP8`, `PRECISE_LOG`: set from x.is_cuda) are
-compiled as the interpreter saw them, i.e. the CPU branch; and the shapes and dtypes are the interpreter tests'
-(mostly drama3-tiny), not the full model's."""
+What it does not cover: flags the wrappers derive from the device (`NATIVE_FP8`, `PRECISE_LOG`: set from
+x.is_cuda) are compiled as the interpreter saw them, i.e. the CPU branch; and the shapes and dtypes are the
+interpreter tests' (mostly drama3-tiny), not the full model's."""
 from __future__ import annotations
 
 import importlib
@@ -30,8 +28,7 @@ def _compile(launch: Launch) -> FutureKernel:
     if launch.root not in sys.path:
         sys.path.insert(0, launch.root)
     kernel = getattr(importlib.import_module(launch.module), launch.name)
-    kwargs = launch.kwargs | ({"GDC": True, "launch_pdl": True} if "GDC" in launch.kwargs else {})
-    return kernel.warmup(*launch.args, grid=(1,), **kwargs)
+    return kernel.warmup(*launch.args, grid=(1,), **launch.kwargs)
 
 
 def _check_loadable(compiling: FutureKernel) -> None:

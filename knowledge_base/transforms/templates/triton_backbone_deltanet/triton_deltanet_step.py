@@ -22,7 +22,6 @@ from reference_runtime.config import BackboneConfig
 
 from .decode_weights import LayerWeights
 from .kv_cache import DeltaNetState
-from .pdl import pdl_args, pdl_enter
 from .triton_deltanet_step_params import BLOCK_V, NUM_WARPS, OUT_BLOCK_K, OUT_BLOCK_N, OUT_WARPS
 from .triton_tower import _block, _check, norm_gemv
 
@@ -49,8 +48,7 @@ def _unit(x):
 @triton.jit
 def _step_kernel(proj_ptr, conv_ptr, conv_w_ptr, neg_a_ptr, dt_bias_ptr, state_ptr, o_ptr, q_scale,
                  NK: tl.constexpr, NV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, KS: tl.constexpr,
-                 BV: tl.constexpr, GDC: tl.constexpr):
-    pdl_enter(GDC)
+                 BV: tl.constexpr):
     head = tl.program_id(0)
     KD: tl.constexpr = NK * DK
     VD: tl.constexpr = NV * DV
@@ -75,10 +73,9 @@ def _step_kernel(proj_ptr, conv_ptr, conv_w_ptr, neg_a_ptr, dt_bias_ptr, state_p
 @triton.jit
 def _out_kernel(o_ptr, z_ptr, gamma_ptr, w_ptr, res_ptr, y_ptr, conv_ptr, new_ptr, eps, NV: tl.constexpr,
                 DV: tl.constexpr, C: tl.constexpr, KS: tl.constexpr, CB: tl.constexpr, BN: tl.constexpr,
-                HB: tl.constexpr, GDC: tl.constexpr):
+                HB: tl.constexpr):
     """y = res + out_proj @ (RMSNorm(o) * gamma * silu(z) per head), HB heads per unrolled chunk; this program's
     CB channels of the conv window shifted by one row, the new row last."""
-    pdl_enter(GDC)
     program = tl.program_id(0)
     dt = y_ptr.dtype.element_ty
     rows = program * BN + tl.arange(0, BN)
@@ -124,11 +121,11 @@ def deltanet_step(x: torch.Tensor, lw: LayerWeights, cfg: BackboneConfig, state:
     o = torch.empty(vd, dtype=x.dtype, device=x.device)
     bv = _block(dv, BLOCK_V)
     _step_kernel[(nv, dv // bv)](proj, state.conv, w.conv, w.neg_a, w.dt_bias, state.recurrent, o, dk ** -0.5,
-                                 nk, nv, dk, dv, kernel, bv, num_warps=NUM_WARPS, **pdl_args(proj.device))
+                                 nk, nv, dk, dv, kernel, bv, num_warps=NUM_WARPS)
     bn = _block(hidden, OUT_BLOCK_N)
     programs = hidden // bn
     y = torch.empty_like(x)
     _out_kernel[(programs,)](o, proj[channels:], w.norm, w.out_proj, x, y, state.conv, proj, cfg.rms_norm_eps,
                              nv, dv, channels, kernel, triton.next_power_of_2(triton.cdiv(channels, programs)), bn,
-                             _block(nv, max(1, OUT_BLOCK_K // dv)), num_warps=OUT_WARPS, **pdl_args(o.device))
+                             _block(nv, max(1, OUT_BLOCK_K // dv)), num_warps=OUT_WARPS)
     return y

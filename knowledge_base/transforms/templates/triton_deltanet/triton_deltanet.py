@@ -23,7 +23,6 @@ import torch
 import triton
 import triton.language as tl
 
-from .pdl import pdl_args, pdl_enter
 from .triton_deltanet_params import BLOCK_V, CHUNK_ROWS, NUM_WARPS
 
 # The chunked kernels' tiles: width over the key and value dims (capped to what tiles them), and warps per program
@@ -33,9 +32,7 @@ CHUNK_BLOCK, CHUNK_WARPS = 32, 8
 
 @triton.jit(do_not_specialize=["T"])
 def _delta_rule_kernel(q_ptr, k_ptr, v_ptr, beta_ptr, g_ptr, state_ptr, o_ptr, valid_ptr, T, NV: tl.constexpr,
-                       DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr, HAS_VALID: tl.constexpr,
-                       GDC: tl.constexpr):
-    pdl_enter(GDC)
+                       DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr, HAS_VALID: tl.constexpr):
     head = tl.program_id(0)
     keys = tl.arange(0, DK)
     values = tl.program_id(1) * BV + tl.arange(0, BV)
@@ -68,10 +65,9 @@ def _delta_rule_kernel(q_ptr, k_ptr, v_ptr, beta_ptr, g_ptr, state_ptr, o_ptr, v
 @triton.jit(do_not_specialize=["T"])
 def _chunk_factors_kernel(k_ptr, v_ptr, beta_ptr, g_ptr, w_ptr, u_ptr, gc_ptr, valid_ptr, T, NV: tl.constexpr,
                           DK: tl.constexpr, DV: tl.constexpr, C: tl.constexpr, BD: tl.constexpr,
-                          HAS_VALID: tl.constexpr, GDC: tl.constexpr):
+                          HAS_VALID: tl.constexpr):
     """One (value head, chunk): G (the cumulative log-decay), W and U into (NV, chunks * C, .) buffers. Tokens
     from n = min(T, valid) on are identity steps (zero k, v, beta and g); chunks starting past n are skipped."""
-    pdl_enter(GDC)
     head = tl.program_id(0)
     start = tl.program_id(1) * C
     n = T
@@ -108,10 +104,9 @@ def _chunk_factors_kernel(k_ptr, v_ptr, beta_ptr, g_ptr, w_ptr, u_ptr, gc_ptr, v
 @triton.jit(do_not_specialize=["T", "TP"])
 def _chunk_recurrence_kernel(q_ptr, k_ptr, w_ptr, u_ptr, gc_ptr, state_ptr, o_ptr, valid_ptr, T, TP,
                              NV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, C: tl.constexpr,
-                             BV: tl.constexpr, HAS_VALID: tl.constexpr, GDC: tl.constexpr):
+                             BV: tl.constexpr, HAS_VALID: tl.constexpr):
     """One (value head, BV-wide slice of the value dim): the chunks in order, the (DK, BV) state tile in registers;
     TP = chunks * C, the factor buffers' row count."""
-    pdl_enter(GDC)
     head = tl.program_id(0)
     keys = tl.arange(0, DK)
     values = tl.program_id(1) * BV + tl.arange(0, BV)
@@ -155,11 +150,10 @@ def _chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tens
     gc = torch.empty((nv, chunks * C), dtype=torch.float32, device=q.device)
     length = state if valid is None else valid
     _chunk_factors_kernel[(nv, chunks)](k, v, beta, g, w, u, gc, length, T, nv, dk, dv, C,
-                                        math.gcd(CHUNK_BLOCK, dk, dv), valid is not None, num_warps=CHUNK_WARPS,
-                                        **pdl_args(k.device))
+                                        math.gcd(CHUNK_BLOCK, dk, dv), valid is not None, num_warps=CHUNK_WARPS)
     bv = math.gcd(CHUNK_BLOCK, dv)
     _chunk_recurrence_kernel[(nv, dv // bv)](q, k, w, u, gc, state, out, length, T, chunks * C, nv, dk, dv, C, bv,
-                                             valid is not None, num_warps=CHUNK_WARPS, **pdl_args(q.device))
+                                             valid is not None, num_warps=CHUNK_WARPS)
 
 
 def triton_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor, g: torch.Tensor,
@@ -186,5 +180,5 @@ def triton_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: t
         _chunked(q, k, v, beta, g, state, valid, out)
         return out
     _delta_rule_kernel[(nv, dv // bv)](q, k, v, beta, g, state, out, state if valid is None else valid, T, nv, dk, dv,
-                                       bv, valid is not None, num_warps=NUM_WARPS, **pdl_args(q.device))
+                                       bv, valid is not None, num_warps=NUM_WARPS)
     return out

@@ -17,14 +17,12 @@ from reference_runtime.config import BackboneConfig
 
 from .decode_weights import MoEWeights
 from .fp8_bits import fp8_e4m3
-from .pdl import pdl_args, pdl_enter
 from .triton_moe_params import BLOCK_N, DOWN_SLOTS, NUM_WARPS
 
 
 @triton.jit
 def _gate_up_kernel(x_ptr, ids_ptr, w_ptr, s_ptr, h_ptr, H: tl.constexpr, INTER: tl.constexpr,
-                    BLOCK: tl.constexpr, BN: tl.constexpr, NATIVE_FP8: tl.constexpr, GDC: tl.constexpr):
-    pdl_enter(GDC)
+                    BLOCK: tl.constexpr, BN: tl.constexpr, NATIVE_FP8: tl.constexpr):
     slot = tl.program_id(0)
     tile = tl.program_id(1)
     expert = tl.load(ids_ptr + slot)
@@ -47,9 +45,7 @@ def _gate_up_kernel(x_ptr, ids_ptr, w_ptr, s_ptr, h_ptr, H: tl.constexpr, INTER:
 
 @triton.jit
 def _down_kernel(h_ptr, ids_ptr, top_ptr, w_ptr, s_ptr, y_ptr, H: tl.constexpr, INTER: tl.constexpr,
-                 SLOTS: tl.constexpr, BLOCK: tl.constexpr, BN: tl.constexpr, NATIVE_FP8: tl.constexpr,
-                 GDC: tl.constexpr):
-    pdl_enter(GDC)
+                 SLOTS: tl.constexpr, BLOCK: tl.constexpr, BN: tl.constexpr, NATIVE_FP8: tl.constexpr):
     group = tl.program_id(0)  # SLOTS consecutive selected experts, summed here; the groups are summed after
     tile = tl.program_id(1)
     rows = tile * BN + tl.arange(0, BN)
@@ -81,7 +77,7 @@ def triton_routed_experts(x: torch.Tensor, top: torch.Tensor, ids: torch.Tensor,
     partial = torch.empty((k // slots, h), dtype=torch.float32, device=x.device)
     native = x.is_cuda
     _gate_up_kernel[(k, inter // bn)](x.reshape(-1), ids, w.gate_up, w.gate_up_scale, hidden, h, inter, block, bn,
-                                      native, num_warps=NUM_WARPS, **pdl_args(x.device))
+                                      native, num_warps=NUM_WARPS)
     _down_kernel[(k // slots, h // bn)](hidden, ids, top.contiguous(), w.down, w.down_scale, partial, h, inter, slots,
-                                        block, bn, native, num_warps=NUM_WARPS, **pdl_args(hidden.device))
+                                        block, bn, native, num_warps=NUM_WARPS)
     return partial if slots == k else partial.sum(0, keepdim=True)

@@ -18,14 +18,12 @@ from .decode_ops import norm
 from .decode_weights import MoEWeights
 from .fused_moe import fused_moe_decode
 from .moe_block_params import BLOCK_K, BLOCK_N, NUM_WARPS
-from .pdl import pdl_args, pdl_enter
 from .triton_tower import _block, _chunks, _norm_chunk, _rstd_of, _tile_dot, _tiles
 
 
 @triton.jit
 def _norm_proj_kernel(x_ptr, gain_ptr, w_ptr, out_ptr, h_ptr, eps, K: tl.constexpr, N: tl.constexpr,
-                      BN: tl.constexpr, BK: tl.constexpr, GDC: tl.constexpr):
-    pdl_enter(GDC)
+                      BN: tl.constexpr, BK: tl.constexpr):
     first = tl.program_id(0) * BN
     rows = first + tl.arange(0, BN)
     used = rows < N
@@ -54,5 +52,5 @@ def moe_block(x: torch.Tensor, gain: torch.Tensor, w: MoEWeights, cfg: BackboneC
     h = torch.empty_like(x)
     bn = min(BLOCK_N, triton.next_power_of_2(rows))
     _norm_proj_kernel[(triton.cdiv(rows, bn),)](x, gain, mat, proj, h, cfg.rms_norm_eps, hidden, rows, bn,
-                                               _block(hidden, BLOCK_K), num_warps=NUM_WARPS, **pdl_args(x.device))
+                                               _block(hidden, BLOCK_K), num_warps=NUM_WARPS)
     return fused_moe_decode(h, *proj.split(w.proj.sizes, dim=-1), w, cfg, residual=x)

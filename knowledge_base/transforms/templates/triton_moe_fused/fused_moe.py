@@ -21,7 +21,6 @@ from reference_runtime.config import BackboneConfig
 from .decode_weights import MoEWeights
 from .fp8_bits import fp8_e4m3
 from .fused_moe_params import BLOCK_K, BLOCK_N, DOWN_BLOCK_K, DOWN_BLOCK_N, DOWN_WARPS, NUM_WARPS
-from .pdl import pdl_args, pdl_enter
 
 
 @triton.jit
@@ -51,8 +50,7 @@ def _route(logits_ptr, E: tl.constexpr, EP: tl.constexpr, K: tl.constexpr, KP: t
 @triton.jit
 def _gate_up_kernel(x_ptr, logits_ptr, w_ptr, s_ptr, h_ptr, ids_ptr, E: tl.constexpr, EP: tl.constexpr,
                     K: tl.constexpr, KP: tl.constexpr, H: tl.constexpr, INTER: tl.constexpr, BLOCK: tl.constexpr,
-                    BN: tl.constexpr, BK: tl.constexpr, NATIVE_FP8: tl.constexpr, GDC: tl.constexpr):
-    pdl_enter(GDC)
+                    BN: tl.constexpr, BK: tl.constexpr, NATIVE_FP8: tl.constexpr):
     slot = tl.program_id(0)
     tile = tl.program_id(1)
     ids, top = _route(logits_ptr, E, EP, K, KP)
@@ -83,8 +81,7 @@ def _gate_up_kernel(x_ptr, logits_ptr, w_ptr, s_ptr, h_ptr, ids_ptr, E: tl.const
 def _down_kernel(h_ptr, ids_ptr, w_ptr, s_ptr, shared_gate_ptr, shared_up_ptr, shared_scale_ptr, shared_down_ptr,
                  res_ptr, y_ptr, K: tl.constexpr, KP: tl.constexpr, H: tl.constexpr, INTER: tl.constexpr,
                  SHARED: tl.constexpr, BLOCK: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SBK: tl.constexpr,
-                 NATIVE_FP8: tl.constexpr, RESIDUAL: tl.constexpr, GDC: tl.constexpr):
-    pdl_enter(GDC)
+                 NATIVE_FP8: tl.constexpr, RESIDUAL: tl.constexpr):
     tile = tl.program_id(0)
     rows = tile * BN + tl.arange(0, BN)  # inside one FP8 row block
     slots = tl.arange(0, KP)
@@ -151,9 +148,8 @@ def fused_moe_decode(x: torch.Tensor, logits: torch.Tensor, shared_gate: torch.T
     native, kp = x.is_cuda, triton.next_power_of_2(k)
     _gate_up_kernel[(k, inter // bn)](x, logits, w.gate_up, w.gate_up_scale, hidden, ids, E,
                                       triton.next_power_of_2(E), k, kp, h, inter, block, bn, bk, native,
-                                      num_warps=NUM_WARPS, **pdl_args(x.device))
+                                      num_warps=NUM_WARPS)
     _down_kernel[(h // dbn,)](hidden, ids, w.down, w.down_scale, shared_gate, shared_up, shared_scale, w.shared_down,
                               res, out, k, kp, h, inter, shared, block, dbn, min(block, _tile(inter, DOWN_BLOCK_K)),
-                              _tile(shared, DOWN_BLOCK_K), native, residual is not None, num_warps=DOWN_WARPS,
-                              **pdl_args(hidden.device))
+                              _tile(shared, DOWN_BLOCK_K), native, residual is not None, num_warps=DOWN_WARPS)
     return out

@@ -15,14 +15,12 @@ import triton.language as tl
 
 from .fp8_bits import fp8_e4m3
 from .grouped_moe_params import BLOCK_M, BLOCK_N, NUM_WARPS
-from .pdl import pdl_args, pdl_enter
 
 
 @triton.jit
 def _gate_up_kernel(x_ptr, pairs_ptr, experts_ptr, w_ptr, s_ptr, h_ptr, K_SLOTS: tl.constexpr, H: tl.constexpr,
                     INTER: tl.constexpr, BLOCK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-                    NATIVE_FP8: tl.constexpr, IEEE: tl.constexpr, GDC: tl.constexpr):
-    pdl_enter(GDC)
+                    NATIVE_FP8: tl.constexpr, IEEE: tl.constexpr):
     block = tl.program_id(0)
     tile = tl.program_id(1)
     expert = tl.load(experts_ptr + block)
@@ -57,8 +55,7 @@ def _gate_up_kernel(x_ptr, pairs_ptr, experts_ptr, w_ptr, s_ptr, h_ptr, K_SLOTS:
 @triton.jit
 def _down_kernel(h_ptr, pairs_ptr, experts_ptr, top_ptr, w_ptr, s_ptr, y_ptr, H: tl.constexpr, INTER: tl.constexpr,
                  BLOCK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, NATIVE_FP8: tl.constexpr,
-                 IEEE: tl.constexpr, GDC: tl.constexpr):
-    pdl_enter(GDC)
+                 IEEE: tl.constexpr):
     block = tl.program_id(0)
     tile = tl.program_id(1)
     expert = tl.load(experts_ptr + block)
@@ -83,12 +80,11 @@ def _down_kernel(h_ptr, pairs_ptr, experts_ptr, top_ptr, w_ptr, s_ptr, y_ptr, H:
 
 @triton.jit
 def _layout_kernel(experts_ptr, cursor_ptr, slot_pairs_ptr, block_experts_ptr, pairs, num_blocks, E: tl.constexpr,
-                   BM: tl.constexpr, CHUNK: tl.constexpr, OWNERS: tl.constexpr, GDC: tl.constexpr):
+                   BM: tl.constexpr, CHUNK: tl.constexpr, OWNERS: tl.constexpr):
     """One program lays the pairs out: each expert's pairs fill ceil(count / BM) consecutive blocks, the experts'
     runs in id order. A pair's slot in its expert's run is a ticket from an atomic counter, not its rank in a sort:
     each row of a tl.dot is its own sum, so the order of the pairs inside a run changes no result."""
     # while loops, not range(pairs): Triton 3.6's interpreter (the CPU tests) cannot index a runtime int
-    pdl_enter(GDC)
     experts = tl.arange(0, E)
     counts = tl.zeros((E,), tl.int32)
     start = 0
@@ -125,11 +121,9 @@ def _layout_kernel(experts_ptr, cursor_ptr, slot_pairs_ptr, block_experts_ptr, p
 
 
 @triton.jit
-def _combine_kernel(y_ptr, experts_ptr, out_ptr, H: tl.constexpr, K_SLOTS: tl.constexpr, BH: tl.constexpr,
-                    GDC: tl.constexpr):
+def _combine_kernel(y_ptr, experts_ptr, out_ptr, H: tl.constexpr, K_SLOTS: tl.constexpr, BH: tl.constexpr):
     """out[t] = the sum of the token's k slot outputs, slot by slot; a slot routed to no expert adds nothing (its
     row of y was never written)."""
-    pdl_enter(GDC)
     token = tl.program_id(0)
     cols = tl.program_id(1) * BH + tl.arange(0, BH)
     acc = tl.zeros((BH,), tl.float32)
@@ -153,7 +147,7 @@ def _blocks(experts: torch.Tensor, num_experts: int, bm: int) -> tuple[torch.Ten
     slot_pairs = torch.empty(num_blocks * bm, dtype=torch.int32, device=flat.device)
     block_experts = torch.empty(num_blocks, dtype=torch.int32, device=flat.device)
     _layout_kernel[(1,)](flat, cursor, slot_pairs, block_experts, pairs, num_blocks, bins, bm, 1024,
-                         max(1, 8192 // bins), num_warps=4, **pdl_args(flat.device))
+                         max(1, 8192 // bins), num_warps=4)
     return slot_pairs, block_experts
 
 
@@ -180,11 +174,11 @@ def grouped_fp8_experts(x: torch.Tensor, weights: torch.Tensor, experts: torch.T
     grid = (block_experts.numel(),)
     _gate_up_kernel[grid + (inter // bn,)](x, slot_pairs, block_experts, gate_up.view(torch.uint8), gate_up_scale,
                                            hidden, k, H, inter, block, BLOCK_M, bn, native, ieee,
-                                           num_warps=NUM_WARPS, **pdl_args(x.device))
+                                           num_warps=NUM_WARPS)
     _down_kernel[grid + (H // bn,)](hidden, slot_pairs, block_experts, weights.contiguous().view(-1),
                                     down.view(torch.uint8), down_scale, y, H, inter, block, BLOCK_M, bn, native, ieee,
-                                    num_warps=NUM_WARPS, **pdl_args(hidden.device))
+                                    num_warps=NUM_WARPS)
     out = torch.empty((T, H), dtype=torch.float32, device=x.device)
     bh = min(1024, triton.next_power_of_2(H))
-    _combine_kernel[(T, triton.cdiv(H, bh))](y, experts.contiguous(), out, H, k, bh, **pdl_args(y.device))
+    _combine_kernel[(T, triton.cdiv(H, bh))](y, experts.contiguous(), out, H, k, bh)
     return out

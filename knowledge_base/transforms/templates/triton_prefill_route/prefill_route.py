@@ -13,7 +13,6 @@ import torch
 import triton
 import triton.language as tl
 
-from .pdl import pdl_args, pdl_enter
 from .prefill_route_params import NUM_WARPS, ROWS
 
 _NAMESPACE = __package__.replace(".", "_")
@@ -21,9 +20,7 @@ _NAMESPACE = __package__.replace(".", "_")
 
 @triton.jit
 def _route_kernel(logits_ptr, weights_ptr, experts_ptr, counts_ptr, valid_ptr, T, stride, E: tl.constexpr,
-                  EP: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, ROWS: tl.constexpr, HAS_VALID: tl.constexpr,
-                  GDC: tl.constexpr):
-    pdl_enter(GDC)
+                  EP: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, ROWS: tl.constexpr, HAS_VALID: tl.constexpr):
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, EP)
     slots = tl.arange(0, KP)
@@ -69,7 +66,7 @@ def prefill_route(logits: torch.Tensor, k: int, counts: torch.Tensor,
         rows = counts if valid is None else valid  # without `valid` the kernel never reads it: any pointer
         _route_kernel[(triton.cdiv(T, ROWS),)](logits, weights, experts, counts, rows, T, logits.stride(0), E,
                                                 triton.next_power_of_2(E), k, triton.next_power_of_2(k), ROWS,
-                                                valid is not None, num_warps=NUM_WARPS, **pdl_args(logits.device))
+                                                valid is not None, num_warps=NUM_WARPS)
     return weights, experts
 
 

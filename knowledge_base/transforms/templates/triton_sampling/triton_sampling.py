@@ -20,7 +20,6 @@ from triton.language.extra import libdevice
 
 from reference_runtime.api import SamplingParams
 
-from .pdl import pdl_args, pdl_enter
 from .triton_sampling_params import CODE_WARPS, MAIN_WARPS
 
 
@@ -123,8 +122,7 @@ def _draw_main_kernel(logits_ptr, recent_ptr, main_noise_ptr, ras_noise_ptr, out
                       ras_temperature, ras_top_p, ras_top_k, GREEDY: tl.constexpr, HAS_TOP_K: tl.constexpr,
                       HAS_TOP_P: tl.constexpr, RAS_GREEDY: tl.constexpr, RAS_HAS_TOP_K: tl.constexpr,
                       RAS_HAS_TOP_P: tl.constexpr, WINDOW: tl.constexpr, WINDOW_BLOCK: tl.constexpr,
-                      PRECISE_LOG: tl.constexpr, BLOCK: tl.constexpr, GDC: tl.constexpr):
-    pdl_enter(GDC)
+                      PRECISE_LOG: tl.constexpr, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     x = tl.load(logits_ptr + offs, mask=offs < width, other=float("-inf"))
     index = _race(x, offs, main_noise_ptr, temperature, top_p, top_k, GREEDY, HAS_TOP_K, HAS_TOP_P, True,
@@ -141,8 +139,7 @@ def _draw_main_kernel(logits_ptr, recent_ptr, main_noise_ptr, ras_noise_ptr, out
 @triton.jit
 def _draw_code_kernel(logits_ptr, noise_ptr, out_ptr, valid_size, temperature, top_p, top_k, GREEDY: tl.constexpr,
                       HAS_TOP_K: tl.constexpr, HAS_TOP_P: tl.constexpr, PRECISE_LOG: tl.constexpr,
-                      BLOCK: tl.constexpr, GDC: tl.constexpr):
-    pdl_enter(GDC)
+                      BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     x = tl.load(logits_ptr + offs, mask=offs < valid_size, other=float("-inf"))
     index = _race(x, offs, noise_ptr, temperature, top_p, top_k, GREEDY, HAS_TOP_K, HAS_TOP_P, False, PRECISE_LOG,
@@ -166,7 +163,7 @@ def triton_draw_main(logits: torch.Tensor, params: SamplingParams, recent: torch
     out = torch.empty(1, dtype=torch.int64, device=logits.device)
     _draw_main_kernel[(1,)](logits.contiguous(), recent, noise[main], noise[ras], out, width, *first, *ras_args,
                             *first_flags, *ras_flags, recent.numel(), triton.next_power_of_2(max(1, recent.numel())),
-                            logits.is_cuda, triton.next_power_of_2(width), num_warps=MAIN_WARPS, **pdl_args(out.device))
+                            logits.is_cuda, triton.next_power_of_2(width), num_warps=MAIN_WARPS)
     return out[0]
 
 
@@ -178,5 +175,5 @@ def triton_draw_code(logits: torch.Tensor, params: SamplingParams, valid_size: i
     args, flags = _race_args(params.code_temperature, params.code_top_p, top_k, valid_size)
     out = torch.empty(1, dtype=torch.int64, device=logits.device)
     _draw_code_kernel[(1,)](logits.contiguous(), noise, out, valid_size, *args, *flags, logits.is_cuda,
-                            triton.next_power_of_2(valid_size), num_warps=CODE_WARPS, **pdl_args(out.device))
+                            triton.next_power_of_2(valid_size), num_warps=CODE_WARPS)
     return out[0]

@@ -24,7 +24,6 @@ import triton.language as tl
 from .attention import AttentionGeometry
 from .decode_ops import RopeTable
 from .decode_weights import AttnWeights, Projection, TowerLayerWeights
-from .pdl import pdl_args, pdl_enter
 from .static_state import StaticKVCache
 from .triton_tower_params import (ATTN_ROWS, BLOCK_K, BLOCK_N, GEMV_WARPS, NUM_WARPS, RESIDUAL_BLOCK_K,
                                   RESIDUAL_BLOCK_N, RESIDUAL_WARPS, SPLIT_ROWS)
@@ -111,8 +110,7 @@ def _last(ticket_ptr, programs):
 
 @triton.jit
 def _enter_kernel(e_ptr, h_ptr, enorm_ptr, hnorm_ptr, w_ptr, x_ptr, eps, H: tl.constexpr, BN: tl.constexpr,
-                  BK: tl.constexpr, GDC: tl.constexpr):
-    pdl_enter(GDC)
+                  BK: tl.constexpr):
     rows = tl.program_id(0) * BN + tl.arange(0, BN)
     w_e, w_h = _tiles(w_ptr, rows, None, H, BK, 2 * H), _tiles(w_ptr + H, rows, None, H, BK, 2 * H)
     es, hs = _chunks(e_ptr, H, BK, ""), _chunks(h_ptr, H, BK, "")
@@ -127,9 +125,8 @@ def _enter_kernel(e_ptr, h_ptr, enorm_ptr, hnorm_ptr, w_ptr, x_ptr, eps, H: tl.c
 
 @triton.jit
 def _norm_gemv_kernel(x_ptr, gain_ptr, w0_ptr, w1_ptr, w2_ptr, out_ptr, eps, K: tl.constexpr, N0: tl.constexpr,
-                      N1: tl.constexpr, SWIGLU: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GDC: tl.constexpr):
+                      N1: tl.constexpr, SWIGLU: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     """RMSNorm(x) times the rows of w0 (N0), w1 (N1) and w2 stacked; with SWIGLU, silu(w0 x) * (w1 x)."""
-    pdl_enter(GDC)
     first = tl.program_id(0) * BN
     rows = first + tl.arange(0, BN)
     if SWIGLU:
@@ -155,11 +152,10 @@ def _norm_gemv_kernel(x_ptr, gain_ptr, w0_ptr, w1_ptr, w2_ptr, out_ptr, eps, K: 
 @triton.jit
 def _residual_gemv_kernel(a_ptr, w_ptr, res_ptr, y_ptr, gain_ptr, out_ptr, ticket_ptr, eps, K: tl.constexpr,
                           N: tl.constexpr, FINAL_NORM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                          NK: tl.constexpr, GDC: tl.constexpr):
+                          NK: tl.constexpr):
     """y = res + w @ a; with FINAL_NORM the last program also writes out = RMSNorm(y) (gain_ptr). The (BN, BK)
     products accumulate elementwise and are reduced once, after the last chunk: a reduction per chunk, as the
     norm GEMVs do, ran these wide-K shapes at half the bandwidth on the H200 (scripts/gpu_gemv_bench.py)."""
-    pdl_enter(GDC)
     rows = tl.program_id(0) * BN + tl.arange(0, BN)
     acc = tl.zeros((BN, BK), tl.float32)
     for c in tl.static_range(K // BK):
@@ -209,9 +205,7 @@ def _norm_rope(x_ptr, offs, d, used, gain_ptr, cos_ptr, sin_ptr, eps, HD: tl.con
 def _attention_kernel(qkv_ptr, q_gain_ptr, k_gain_ptr, cos_ptr, sin_ptr, pos_ptr, keys_ptr, values_ptr, part_ptr,
                       stats_ptr, ticket_ptr, out_ptr, eps, scale, NH: tl.constexpr, NKV: tl.constexpr,
                       HD: tl.constexpr, ROT: tl.constexpr, GP: tl.constexpr, S: tl.constexpr, SP: tl.constexpr,
-                      BR: tl.constexpr, TILES: tl.constexpr, PRECISION: tl.constexpr, INTERLEAVED: tl.constexpr,
-                      GDC: tl.constexpr):
-    pdl_enter(GDC)
+                      BR: tl.constexpr, TILES: tl.constexpr, PRECISION: tl.constexpr, INTERLEAVED: tl.constexpr):
     g = tl.program_id(0)
     s = tl.program_id(1)
     G: tl.constexpr = NH // NKV  # query heads g * G .. g * G + G - 1 read kv head g; padded to GP for tl.dot
@@ -303,7 +297,7 @@ def enter(h: torch.Tensor, e: torch.Tensor, w: TowerLayerWeights, eps: float) ->
     hidden, x = h.shape[-1], torch.empty_like(h)
     bn = _block(hidden, BLOCK_N)
     _enter_kernel[(hidden // bn,)](e, h, w.enorm, w.hnorm, w.eh_proj, x, eps, hidden, bn, _block(hidden, BLOCK_K),
-                                   num_warps=NUM_WARPS, **pdl_args(e.device))
+                                   num_warps=NUM_WARPS)
     return x
 
 
@@ -317,7 +311,7 @@ def norm_gemv(x: torch.Tensor, gain: torch.Tensor, proj: Projection, eps: float,
     out = torch.empty(rows, dtype=x.dtype, device=x.device)
     w0, w1, w2 = (mats * 2)[:3]  # with swiglu: gate, up and an unread third
     _norm_gemv_kernel[(rows // bn,)](x, gain, w0, w1, w2, out, eps, hidden, w0.shape[0], 0 if swiglu else w1.shape[0],
-                                     swiglu, bn, _block(hidden, BLOCK_K), num_warps=GEMV_WARPS, **pdl_args(x.device))
+                                     swiglu, bn, _block(hidden, BLOCK_K), num_warps=GEMV_WARPS)
     return out
 
 
@@ -347,7 +341,7 @@ def attention(qkv: torch.Tensor, w: AttnWeights, geo: AttentionGeometry, cache: 
         geo.eps, hd ** -0.5, nh, nkv, hd, geo.rotary_dim, group, splits, triton.next_power_of_2(splits), ATTN_ROWS,
         triton.cdiv(triton.cdiv(span, splits), ATTN_ROWS),
         "ieee" if qkv.dtype == torch.float32 else None, geo.interleaved_rope,  # fp32 as torch's, not TF32
-        num_warps=NUM_WARPS, **pdl_args(qkv.device))
+        num_warps=NUM_WARPS)
     return out
 
 
@@ -362,7 +356,7 @@ def residual_gemv(a: torch.Tensor, mat: torch.Tensor, res: torch.Tensor, final: 
     gain, eps = final or (res, 0.0)  # unread without the final norm
     _residual_gemv_kernel[(hidden // bn,)](a, mat, res, y, gain, out, ticket, eps, k, hidden, final is not None, bn,
                                            _block(k, RESIDUAL_BLOCK_K), _block(hidden, BLOCK_K),
-                                           num_warps=RESIDUAL_WARPS, **pdl_args(a.device))
+                                           num_warps=RESIDUAL_WARPS)
     return out
 
 
