@@ -24,14 +24,16 @@ deltanet_conv_unfold = Transform(
             # a guess: eager, a GPU runs conv1d as one kernel and unfold-multiply-sum as several, and the graphed
             # frame has its own DeltaNet step
             "cuda": 1.0},
-    # a guess: in the inductor-compiled prefill (cuda_graph_prefill) the taps fuse into the next kernel, and the
-    # conv1d kernel they replace took 0.73 ms of the longest prompt's 30.6 ms prefill on the H200 (session 16)
-    first_audio={"cuda": 1.02},
+    # measured on the H200 together with prefill_fused_projections (session 19,
+    # docs/measurements/2026-12-05_h200_s19_prefill_fast_check.json): in the inductor-compiled prefill the taps fuse
+    # into the next kernel and the depthwise conv kernel (0.72 ms per prefill) is gone; the pair moved TTFA
+    # 1.04/1.05/0.99x over the three prompts, half of its 1.024x (geometric mean) each
+    first_audio={"cuda": 1.01},
     summary="compute the Gated DeltaNet causal depthwise conv (kernel 4) as unfold-multiply-sum instead of a "
             "grouped conv1d call per layer and step",
     feature="gated_deltanet",
     devices=frozenset({"cpu", "cuda"}),
-    proven=frozenset({"cpu"}),
+    proven=frozenset({"cpu", "cuda"}),
     apply=_conv_unfold,
     lesson="A decode step convolves 4 rows per channel: on drama3-tiny CPU the conv gets ~10x cheaper; the "
            "fp32 accumulation keeps bf16 results within a rounding of conv1d's. On CUDA it pays only where "

@@ -78,14 +78,17 @@ prefill_fused_projections = Transform(
     name="prefill_fused_projections",
     # the decode frame does not run this code: no frames/s gain
     impact={"cuda": 1.0},
-    # a guess: 89 fewer GEMM launches in a prefill of ~3,600 kernels (the DeltaNet's b|a and each attention's key
-    # and value GEMMs are a few us each at a prompt's rows), ~0.3 ms of session 16's 26.5-33.9 ms TTFA
+    # measured on the H200 together with deltanet_conv_unfold, on top of triton_prefill_route (session 19,
+    # docs/measurements/2026-12-05_h200_s19_prefill_fast_check.json): TTFA 19.5/25.8/28.0 -> 18.8/24.6/28.4 ms over
+    # the three prompts (1.04/1.05/0.99x), prefill kernels 23.1 -> 22.0 ms; half of that pair's 1.024x (geometric
+    # mean) each
     first_audio={"cuda": 1.01},
     summary="run the prefill's input projections that share an input (DeltaNet q|k|v|z and b|a, attention "
             "query+gate|key|value, tower MLP gate|up) as one GEMM each, of the graphed frame's fused matrices: "
             "fewer, larger GEMMs and no second copy of the weights",
     feature="prefill",
     devices=frozenset({"cuda"}),
+    proven=frozenset({"cuda"}),
     apply=_apply,
     requires=("cuda_graph_frame",),
     lesson="The frame's decode weights hold these groups concatenated already (fuse_projections); sharing them "

@@ -14,9 +14,13 @@ from .triton_prefill_moe import triton_prefill_moe
 MOE, GROUPED = "moe.py", "grouped_moe.py"
 _COUNTS = "        self.expert_counts = torch.zeros(E, dtype=torch.long, device=device)\n"
 _FRONT = """\
-        # the router and the shared expert's three projections as one matrix: one GEMM of a prompt's rows
-        self.front = torch.cat((self.router, self.shared_gate, self.shared_up, self.shared_expert_gate))
-        self.front_sizes = (E, shared, shared, 1)
+        # the router and the shared expert's three projections as one matrix: one GEMM of a prompt's rows. Zero
+        # rows pad it to a multiple of 8 so that each output row starts 16-byte aligned, as cuBLAS's Hopper
+        # kernels need: unpadded (1281 rows) the H200 ran an sm_75 fallback kernel, 23 us per layer (session 19)
+        front = (self.router, self.shared_gate, self.shared_up, self.shared_expert_gate)
+        pad = self.router.new_zeros((-sum(m.shape[0] for m in front) % 8, self.router.shape[1]))
+        self.front = torch.cat((*front, pad))
+        self.front_sizes = (E, shared, shared, 1, pad.shape[0])
         self.valid: torch.Tensor | None = None  # a padded prefill's prompt rows (on the device): the rest route nowhere
 """
 _CALL = """\
@@ -28,7 +32,7 @@ _ROUTED = """\
         if x.is_cuda or os.environ.get("TRITON_INTERPRET") == "1":  # Triton is imported only where it can run
             from .prefill_route import prefill_route
 
-            logits, gate, up, expert_gate = F.linear(x, self.front).split(self.front_sizes, dim=-1)
+            logits, gate, up, expert_gate, _ = F.linear(x, self.front).split(self.front_sizes, dim=-1)
             weights, experts = prefill_route(logits, self.top_k, self.expert_counts, self.valid)
             shared = F.linear(F.silu(gate) * up, self.shared_down) * torch.sigmoid(expert_gate)
             return self._fused(x, weights, experts, shared)
@@ -106,14 +110,17 @@ triton_prefill_route = Transform(
     # (session 16): the router's topk took 0.40 ms of the longest prompt's 26.9 ms of prefill kernels, and with the
     # softmax, division, count and three of the four front GEMMs it is ~8 of the ~90 launches per layer
     impact={"cuda": 1.0},
-    # a guess from the same profile: ~8 launches of a few us each per layer and the 0.40 ms topk, ~1.1 ms of
-    # 26.5-33.9 ms of TTFA
-    first_audio={"cuda": 1.035},
+    # measured on the H200 (session 19, docs/measurements/2026-12-05_h200_s19_prefill_fast_check.json), on the kept
+    # engine with triton_prefill_moe's renewal that it brings along (one layout kernel per layer): TTFA
+    # 25.4/33.0/33.7 -> 19.5/25.8/28.0 ms over the three prompts, 3662 -> 1822 prefill kernels; the front
+    # matrix's padding to 8 rows came after that run
+    first_audio={"cuda": 1.25},
     summary="run the prefill MoE's front as two launches per layer: one GEMM for the router and the shared "
             "expert's three projections, one Triton kernel for the routing (softmax, top-k, renormalisation, "
             "expert count), instead of four GEMMs and five to six routing launches: an earlier first audio",
     feature="fp8_moe",
     devices=frozenset({"cuda"}),
+    proven=frozenset({"cuda"}),
     knobs=KNOBS,
     templates=("triton_prefill_route",),
     requires=("triton_prefill_moe",),
