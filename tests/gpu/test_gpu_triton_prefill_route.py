@@ -26,7 +26,7 @@ def test_route_picks_the_top_probabilities_at_full_routing_shape(load_package, t
     gen = torch.Generator(device=dev).manual_seed(tokens)
     logits = (torch.randn(tokens, cfg.num_experts, generator=gen, device=dev) * 3).bfloat16()
     counts = torch.zeros(cfg.num_experts, dtype=torch.long, device=dev)
-    weights, experts = route.prefill_route(logits, cfg.num_experts_per_tok, counts)
+    weights, experts = route.prefill_route(logits, cfg.num_experts_per_tok, counts, None)
     probs = torch.softmax(logits.float(), dim=-1)
     top = probs.topk(cfg.num_experts_per_tok, dim=-1).values
     torch.testing.assert_close(probs.gather(1, experts), top, atol=0, rtol=2e-6)  # ties: any of the equal ones
