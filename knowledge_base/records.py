@@ -104,6 +104,14 @@ class VerdictRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class HeldVerdict:
+    """An evaluator Verdict that waits for its run's A/A calibration (KnowledgeStore.hold_verdict)."""
+    candidate_id: str
+    verdict_json: str
+    eval_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
 class KeptEngine:
     id: str  # the candidate id it was kept from
     run_id: str

@@ -19,6 +19,7 @@ from .records import (
     CandidateState,
     EngineKey,
     Figures,
+    HeldVerdict,
     KeptEngine,
     LessonRecord,
     RunRecord,
@@ -26,10 +27,13 @@ from .records import (
     VerdictRecord,
 )
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _FIGURES = ("frames_per_s", "ttfa_ms", "rtf", "speedup")
 _KEY = tuple(f.name for f in fields(EngineKey))
 
+_HELD_VERDICTS = """CREATE TABLE held_verdicts (
+    candidate_id TEXT PRIMARY KEY REFERENCES candidates(id), verdict_json TEXT NOT NULL, eval_seconds REAL NOT NULL,
+    created_at TEXT NOT NULL)"""
 _SCHEMA = f"""
 CREATE TABLE runs (
     id TEXT PRIMARY KEY, target_name TEXT NOT NULL, target_json TEXT NOT NULL, baseline_request TEXT NOT NULL,
@@ -53,6 +57,7 @@ CREATE TABLE lessons (
     id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL, candidate_id TEXT NOT NULL, feature TEXT NOT NULL,
     outcome TEXT NOT NULL, summary TEXT NOT NULL, evidence TEXT NOT NULL, architecture TEXT NOT NULL,
     created_at TEXT NOT NULL);
+{_HELD_VERDICTS};
 CREATE INDEX candidates_by_run ON candidates(run_id, iteration, slot);
 CREATE INDEX lessons_by_arch ON lessons(architecture, id);
 PRAGMA user_version = {SCHEMA_VERSION};
@@ -84,6 +89,10 @@ class KnowledgeStore:
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():
                         db.execute(statement)
+                version = SCHEMA_VERSION
+            if version == 1:  # v2 adds held_verdicts; every v1 row reads the same
+                db.execute(_HELD_VERDICTS)
+                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 version = SCHEMA_VERSION
         if version != SCHEMA_VERSION:
             raise RuntimeError(f"{self.path}: knowledge base schema v{version}, this swarm reads v{SCHEMA_VERSION}; "
@@ -182,11 +191,25 @@ class KnowledgeStore:
             db.execute("UPDATE candidates SET state = ? WHERE id = ? AND state = ?",
                        (CandidateState.EVALUATING.value, candidate_id, CandidateState.PROPOSED.value))
 
+    def hold_verdict(self, candidate_id: str, verdict_json: str, eval_seconds: float) -> None:
+        """An evaluation's verdict that waits for the run's A/A calibration before it is decided: kept here, so
+        that a run stopped meanwhile (a lease's end) decides it on resume instead of evaluating it again."""
+        with self._transaction() as db:
+            db.execute("INSERT OR REPLACE INTO held_verdicts VALUES (?,?,?,?)",
+                       (candidate_id, verdict_json, eval_seconds, _now()))
+
+    def held_verdicts(self, run_id: str) -> list[HeldVerdict]:
+        rows = self._rows("SELECT h.* FROM held_verdicts h JOIN candidates c ON c.id = h.candidate_id "
+                          "WHERE c.run_id = ? ORDER BY c.iteration, c.slot", run_id)
+        return [HeldVerdict(r["candidate_id"], r["verdict_json"], r["eval_seconds"]) for r in rows]
+
     def record_outcome(self, verdict: VerdictRecord, lesson: LessonRecord | None,
                        kept: KeptEngine | None = None) -> None:
-        """Verdict, lesson (if any) and (on PASS) the kept engine, in one transaction; the candidate becomes done."""
+        """Verdict, lesson (if any) and (on PASS) the kept engine, in one transaction; the candidate becomes done
+        and its held verdict, if any, is gone."""
         with self._transaction() as db:
             _insert_verdict(db, verdict)
+            db.execute("DELETE FROM held_verdicts WHERE candidate_id = ?", (verdict.candidate_id,))
             db.execute("UPDATE candidates SET state = ? WHERE id = ?",
                        (CandidateState.DONE.value, verdict.candidate_id))
             if lesson is not None:

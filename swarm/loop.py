@@ -11,11 +11,11 @@ import secrets
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from candidates import EngineRepo
-from evaluator import NoiseCalibration, Status, judge_version, with_calibration
+from evaluator import NoiseCalibration, Status, Verdict, judge_version, with_calibration
 from knowledge_base import CandidateRecord, CandidateState, KnowledgeStore, RunRecord, RunState
 from targets import Target
 
@@ -26,7 +26,7 @@ from .baseline import resolve_baseline
 from .budget import DOLLARS, exhausted
 from .context import build_context
 from .engine_key import engine_key
-from .executor import EvalJob, EvalResult, Executor
+from .executor import EvalJob, Executor
 from .outcome import (
     AGENT_ERROR,
     DUPLICATE,
@@ -125,10 +125,7 @@ class Swarm:
             self.kb.reopen_run(run_id)  # stopped by a budget the target file now raises: go on from where it was
         ledger = CostLedger(self.target.budget.dollars, spent_usd=run.spent_usd)
         agents = self.make_agents(ledger)
-        log_ = self._open_log(run_id)
-        if skip_pending:
-            self._skip_pending(RunView.load(self.kb, run_id), log_)
-        return self._drive(run_id, log_, ledger, agents, resumed=True)
+        return self._drive(run_id, self._open_log(run_id), ledger, agents, resumed=True, skip_pending=skip_pending)
 
     def _skip_pending(self, view: RunView, log_: ev.EventLog) -> None:
         for c in view.candidates:
@@ -145,11 +142,15 @@ class Swarm:
         return ev.EventLog(run_dir(run_id) / "events.jsonl", self.listeners)
 
     def _drive(self, run_id: str, log_: ev.EventLog, ledger: CostLedger, agents: list[Agent], *,
-               resumed: bool) -> RunOutcome:
+               resumed: bool, skip_pending: bool = False) -> RunOutcome:
         self._session_start = time.monotonic()
         self._persisted_s = 0.0
         self.events = log_
         try:
+            if resumed:  # before skipping: a held verdict's evaluation is done, only its decision is pending
+                self._settle_held(run_id)
+            if skip_pending:
+                self._skip_pending(RunView.load(self.kb, run_id), log_)
             view = RunView.load(self.kb, run_id)
             log_.emit(ev.RunStarted(run_id=run_id, target=self.target.name, baseline_id=view.baseline.id,
                                     resumed=resumed, iterations=self.target.budget.iterations))
@@ -305,34 +306,50 @@ class Swarm:
             self.events.emit(ev.EvaluationStarted(run_id=run_id, candidate_id=job.candidate_id))
 
         for result in self.executor.evaluate_all(jobs, proceed, started):
-            self._retain(view, parent, by_id[result.job.candidate_id], self._calibrated(run_id, result))
+            verdict = self._calibrated(run_id, result.job.candidate_id, result.verdict, result.seconds)
+            self._retain(view, parent, by_id[result.job.candidate_id], verdict, result.seconds)
         self.repo.set_run_branch(run_id, RunView.load(self.kb, run_id).best().commit)
 
-    def _calibrated(self, run_id: str, result: EvalResult) -> EvalResult:
+    def _calibrated(self, run_id: str, candidate_id: str, verdict: Verdict, seconds: float) -> Verdict:
         """A comparison judged without the run's A/A band, decided again against it: measured now for a would-be
-        win, and once measured applied to every later verdict (those judged alongside the first win included)."""
-        comparison = result.verdict.comparison
+        win, and once measured applied to every later verdict (those judged alongside the first win included).
+        While the A/A benchmark runs, the verdict is held in the knowledge base: a run stopped meanwhile (a GPU
+        lease's end) decides it on resume instead of evaluating the candidate again."""
+        comparison = verdict.comparison
         if comparison is None or comparison.calibrated:
-            return result
+            return verdict
         view = RunView.load(self.kb, run_id)
-        if not comparison.awaits_calibration and _stored_calibration(view) is None:
-            return result  # no win either way: not worth the A/A benchmark
-        calibration = self._calibration(view)
-        return replace(result, verdict=with_calibration(result.verdict, calibration, self.target))
+        stored = _stored_calibration(view)
+        if not comparison.awaits_calibration and stored is None:
+            return verdict  # no win either way: not worth the A/A benchmark
+        if stored is None:
+            self.kb.hold_verdict(candidate_id, verdict.model_dump_json(), seconds)
+        return with_calibration(verdict, self._calibration(view), self.target)
 
-    def _retain(self, view: RunView, parent: ParentEngine, candidate: CandidateRecord, result: EvalResult) -> None:
+    def _settle_held(self, run_id: str) -> None:
+        """Decide the verdicts that a stopped run held for its A/A calibration (measured first where the stop
+        came before it was)."""
+        for held in self.kb.held_verdicts(run_id):
+            view = RunView.load(self.kb, run_id)
+            candidate = next(c for c in view.candidates if c.id == held.candidate_id)
+            verdict = Verdict.model_validate_json(held.verdict_json)
+            self.events.emit(ev.EvaluationStarted(run_id=run_id, candidate_id=candidate.id))
+            verdict = self._calibrated(run_id, candidate.id, verdict, held.eval_seconds)
+            self._retain(view, view.parent_for(candidate.iteration), candidate, verdict, held.eval_seconds)
+
+    def _retain(self, view: RunView, parent: ParentEngine, candidate: CandidateRecord, verdict: Verdict,
+                seconds: float) -> None:
         """Record one evaluated candidate: verdict, lesson and, on PASS, a kept engine (one transaction)."""
         run_id = view.run.id
-        record, lesson, kept = retain(candidate, _proposal(candidate), result.verdict, result.seconds, parent,
-                                      self.key)
+        record, lesson, kept = retain(candidate, _proposal(candidate), verdict, seconds, parent, self.key)
         self.kb.record_outcome(record, lesson, kept)
-        measured = baseline_figures(result.verdict)
+        measured = baseline_figures(verdict)
         if parent.id == view.baseline.id and measured and \
                 RunView.load(self.kb, run_id).run.baseline_figures.frames_per_s is None:
             self.kb.set_baseline_figures(run_id, measured)  # the run's baseline, as this machine times it
         self.events.emit(ev.EvaluationFinished(
             run_id=run_id, candidate_id=candidate.id, status=record.status, summary=record.summary,
-            seconds=result.seconds, speedup=record.figures.speedup))
+            seconds=seconds, speedup=record.figures.speedup))
         if kept is not None:
             self.repo.tag_kept(kept.id, kept.git_commit)
             self.events.emit(ev.EngineKept(

@@ -115,3 +115,23 @@ def test_unknown_ids_name_what_exists(tmp_path):
         kb.run("nope")
     with pytest.raises(KeyError, match="swarm kb list"):
         kb.kept_engine("nope")
+
+
+def test_a_v1_file_opens_as_v2_and_a_held_verdict_lasts_until_its_outcome(tmp_path):
+    path = tmp_path / "kb.sqlite"
+    kb = KnowledgeStore(path)
+    run = _run(kb)
+    cid = kb.add_candidate(_candidate(run, 0)).id
+    kb.close()
+    db = sqlite3.connect(path)  # as session 18's swarm left its files: no held_verdicts, user_version 1
+    db.execute("DROP TABLE held_verdicts")
+    db.execute("PRAGMA user_version = 1")
+    db.commit()
+    db.close()
+    kb = KnowledgeStore(path)
+    assert [c.id for c in kb.candidates(run.id)] == [cid]
+    kb.hold_verdict(cid, '{"status": "pass"}', 12.5)
+    held = kb.held_verdicts(run.id)
+    assert [(h.candidate_id, h.verdict_json, h.eval_seconds) for h in held] == [(cid, '{"status": "pass"}', 12.5)]
+    kb.record_outcome(_verdict(cid), None)
+    assert kb.held_verdicts(run.id) == []

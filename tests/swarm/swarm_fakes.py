@@ -167,8 +167,14 @@ def main(argv: list[str]) -> None:
     plan = {tuple(map(int, k.split(","))): v for k, v in json.loads(Path(argv[1]).read_text()).items()}
     log = swarm_home() / "fake_calls.jsonl"
     evaluate = FakeEvaluator(delay_s=float(argv[2]), log=log)
+
+    def calibrate(*args, **kwargs) -> NoiseCalibration:  # takes as long as an evaluation, as on a GPU
+        evaluate._log(event="calibrate")
+        time.sleep(evaluate.delay_s)
+        return fake_calibrate(*args, **kwargs)
+
     swarm = Swarm(target, kb=KnowledgeStore(kb_path(target)), repo=EngineRepo(engines_path()),
-                  executor=LocalExecutor(target, evaluate, fake_calibrate),
+                  executor=LocalExecutor(target, evaluate, calibrate),
                   make_agents=lambda ledger: [FakeAgent("fake-0", plan, log=log).bind(ledger)])
     with swarm:
         outcome = swarm.resume(argv[3], skip_pending=argv[4:] == ["skip"]) if len(argv) > 3 else swarm.start()

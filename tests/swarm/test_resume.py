@@ -30,13 +30,14 @@ def _swarm(tmp_path: Path, *args: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def _kill_at_evaluation(tmp_path: Path, args: list[str], starts: int) -> None:
-    """Start the fake swarm with `args` and kill -9 it once `starts` evaluations have started."""
+def _kill_at_evaluation(tmp_path: Path, args: list[str], starts: int, event: str = "start") -> None:
+    """Start the fake swarm with `args` and kill -9 it once `starts` evaluations (or calibrations, with `event`
+    "calibrate") have started."""
     proc = _swarm(tmp_path, *args)
     deadline = time.monotonic() + 60
-    while sum(c["event"] == "start" for c in _calls()) < starts:
+    while sum(c["event"] == event for c in _calls()) < starts:
         assert proc.poll() is None, proc.stdout.read()
-        assert time.monotonic() < deadline, f"the run never started evaluation {starts}"
+        assert time.monotonic() < deadline, f"the run never started {event} {starts}"
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
@@ -104,6 +105,33 @@ def test_resume_skipping_pending_goes_on_from_the_next_iteration(tmp_path):
     assert set(started.values()) == {1}  # iteration 1: only the start the kill cut short
     assert verdicts[f"{run_id}.i002.s00"].status == "mismatch"  # evaluated, though the same engine as i001.s00
     assert all(c.state is CandidateState.DONE for c in kb.candidates(run_id))
+
+
+def test_a_would_be_win_killed_during_its_calibration_is_decided_on_resume_not_evaluated_again(tmp_path):
+    """On a GPU lease, an evaluation (~330 s) and the run's first A/A calibration (~170 s) may not both fit: the
+    verdict waiting for the calibration is held in the knowledge base, and the resumed run (even one skipping
+    its pending candidates) measures the calibration and keeps the engine, without evaluating it again."""
+    target = small_target(budget={"iterations": 1})
+    (tmp_path / "target.json").write_text(target.model_dump_json())
+    (tmp_path / "plan.json").write_text(json.dumps({"1,0": 1.5}))
+    args = [str(tmp_path / "target.json"), str(tmp_path / "plan.json"), "1.0"]
+    _kill_at_evaluation(tmp_path, args, 1, event="calibrate")
+    kb = KnowledgeStore(kb_path(target))
+    run_id = kb.runs()[0].id
+    win = f"{run_id}.i001.s00"
+    assert [h.candidate_id for h in kb.held_verdicts(run_id)] == [win]
+
+    resumed = _swarm(tmp_path, *args, run_id, "skip")
+    output, _ = resumed.communicate(timeout=120)
+    assert resumed.returncode == 0, output
+    kb = KnowledgeStore(kb_path(target))
+    verdicts = {v.candidate_id: v for v in kb.verdicts(run_id)}
+    assert verdicts[win].status == "pass" and verdicts[f"{run_id}.i001.s01"].status == "skipped"
+    assert [k.id for k in kb.kept_engines(run_id)] == [win] and not kb.held_verdicts(run_id)
+    calls = _calls()
+    assert [c["candidate"] for c in calls if c["event"] == "start"].count("e_" + win.replace("-", "_").replace(
+        ".", "_")) == 1
+    assert sum(c["event"] == "calibrate" for c in calls) == 2  # the killed one, and the resumed run's
 
 
 def test_a_run_stopped_by_its_budget_continues_once_the_target_raises_it(tmp_path):
