@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import queue
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -76,45 +77,58 @@ class LocalExecutor:
             self._free.put(slot)
         self._pool = ThreadPoolExecutor(max_workers=len(slots), thread_name_prefix="swarm-eval")
 
-    def _on_slot(self, fn: Callable[[int | None], Any]) -> tuple[Any, float]:
-        gpu = self._free.get()
+    def _run(self, job: EvalJob, gpu: int | None, started: Callable[[EvalJob], None]) -> EvalResult:
         start = time.monotonic()
         try:
-            return fn(gpu), time.monotonic() - start
+            started(job)
+            verdict = self._evaluate(job.candidate_dir, self.target, baseline_dir=job.baseline_dir,
+                                     work_dir=job.work_dir, secret_seed=job.secret_seed, calibration=job.calibration,
+                                     gpu_index=gpu, correctness_only=job.correctness_only)
         finally:
             self._free.put(gpu)
+        return EvalResult(job=job, verdict=verdict, seconds=time.monotonic() - start)
 
-    def _run(self, job: EvalJob, proceed: Callable[[], bool],
-             started: Callable[[EvalJob], None]) -> EvalResult | None:
-        def run_on(gpu: int | None) -> Verdict | None:
+    def _launch(self, queued: deque[EvalJob], proceed: Callable[[], bool],
+                started: Callable[[EvalJob], None]) -> set[Future[EvalResult]]:
+        """Start queued jobs on the slots free now; none once `proceed()` is false (the rest are dropped)."""
+        launched = set()
+        while queued:
+            try:
+                gpu = self._free.get_nowait()
+            except queue.Empty:
+                break
             if not proceed():
-                return None
-            started(job)  # on its device slot: a job queued behind another has not begun
-            return self._evaluate(job.candidate_dir, self.target, baseline_dir=job.baseline_dir,
-                                  work_dir=job.work_dir, secret_seed=job.secret_seed, calibration=job.calibration,
-                                  gpu_index=gpu, correctness_only=job.correctness_only)
-
-        verdict, seconds = self._on_slot(run_on)
-        return None if verdict is None else EvalResult(job=job, verdict=verdict, seconds=seconds)
+                self._free.put(gpu)
+                queued.clear()
+                break
+            launched.add(self._pool.submit(self._run, queued.popleft(), gpu, started))
+        return launched
 
     def evaluate_all(self, jobs: Sequence[EvalJob], proceed: Callable[[], bool] = lambda: True,
                      started: Callable[[EvalJob], None] = lambda job: None) -> Iterator[EvalResult]:
-        pending: set[Future[EvalResult | None]] = {self._pool.submit(self._run, job, proceed, started)
-                                                   for job in jobs}
+        """A slot that a finished job frees goes to the next queued job only once the caller has taken that
+        job's result: what the caller does with it on a slot (the A/A calibration that a would-be win asks for)
+        comes before the jobs still queued. On one GPU, a win's decision waited for a sibling's whole
+        evaluation otherwise (session 19: a lease ended in that wait)."""
+        queued = deque(jobs)
+        running = self._launch(queued, proceed, started)
         try:
-            while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            while running:
+                done, running = wait(running, return_when=FIRST_COMPLETED)
                 for future in done:
-                    if (result := future.result()) is not None:
-                        yield result
+                    yield future.result()
+                running |= self._launch(queued, proceed, started)
         finally:
-            for future in pending:
+            for future in running:
                 future.cancel()
 
     def calibrate(self, baseline_dir: Path, work_dir: Path, secret_seed: int) -> Any:
-        result, _ = self._on_slot(lambda gpu: self._calibrate(baseline_dir, self.target, work_dir=work_dir,
-                                                              gpu_index=gpu, secret_seed=secret_seed))
-        return result
+        gpu = self._free.get()
+        try:
+            return self._calibrate(baseline_dir, self.target, work_dir=work_dir, gpu_index=gpu,
+                                   secret_seed=secret_seed)
+        finally:
+            self._free.put(gpu)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)

@@ -68,6 +68,23 @@ def test_the_a_a_band_is_measured_once_at_the_first_would_be_win():
     assert events.index(NoiseCalibrated) < events.index(EvaluationFinished, events.index(EvaluationFinished) + 1)
     assert events.index(NoiseCalibrated) > events.index(EvaluationFinished)
 
+def test_the_a_a_band_takes_the_device_slot_before_a_queued_sibling(tmp_path):
+    log = tmp_path / "slot.jsonl"
+
+    def calibrate(*args, **kwargs):
+        with log.open("a") as f:
+            f.write(json.dumps({"event": "calibrate"}) + "\n")
+        return fake_calibrate(*args, **kwargs)
+
+    # one device slot (a CPU target), two would-be wins: whichever is evaluated first asks for the A/A band
+    agent = FakeAgent("a", {(1, 0): 1.5, (1, 1): 1.4})
+    with fake_swarm(small_target(budget={"iterations": 1}), [agent], FakeEvaluator(delay_s=0.2, log=log),
+                    calibrate=calibrate) as swarm:
+        swarm.start()
+    order = [json.loads(line)["event"] for line in log.read_text().splitlines()]
+    assert order == ["start", "done", "calibrate", "start", "done"]
+
+
 def test_edit_errors_are_fed_back_to_the_next_iteration():
     agent = FakeAgent("a", {(1, 0): "bad_edit"})
     with fake_swarm(small_target(), [agent]) as swarm:
