@@ -1,5 +1,6 @@
 """cuda_graph_prefill(compile_steps=True) on CUDA, on scripts/gpu_fast_check.py's fast_all stack, with the delta
-rule recurrent or in chunks of 64 (triton_deltanet chunk_rows), or with the prefill's fronts on top: inductor
+rule recurrent or in chunks of 64 (triton_deltanet chunk_rows), or with the prefill's fronts on top (and
+gqa_sdpa's maskless causal attention): inductor
 compiles the prefill's backbone-layer and tower steps once for all the row buckets captured at build, the engine
 passes the teacher-forced gate at drama3-mid and (slow) the full drama3 config, a prefill replays its graph
 without host syncs, and the prefill wall time of 52 and 209 rows is printed beside the uncompiled fast_all's
@@ -23,9 +24,12 @@ FAST_ALL = ["cuda_graph_frame", "cuda_graph_codec", "triton_fp8_moe", "triton_pr
             "cuda_graph_prefill", "graph_topk_sampling"]
 
 
-def _stack(compile_steps: bool, chunk_rows: int, routed: bool = False) -> list:
+ROUTED = ("triton_prefill_route", "prefill_fused_projections")
+
+
+def _stack(compile_steps: bool, chunk_rows: int, extra: tuple[str, ...] = ()) -> list:
     params = {"cuda_graph_prefill": {"compile_steps": compile_steps}, "triton_deltanet": {"chunk_rows": chunk_rows}}
-    names = FAST_ALL + ["triton_prefill_route", "prefill_fused_projections"] * routed
+    names = FAST_ALL + list(extra)
     return [(TRANSFORMS[name], params.get(name, {})) for name in names]
 
 
@@ -40,15 +44,17 @@ def plain(load_package, weights):
     return load_package(_stack(False, 0)).build_engine(config_named("drama3-mid"), weights, torch.device("cuda"))
 
 
-@pytest.fixture(scope="module", params=[(0, False), (64, False), (0, True)], ids=["recurrent", "chunk64", "routed"])
+@pytest.fixture(scope="module", params=[(0, ()), (64, ()), (0, ROUTED), (0, (*ROUTED, "gqa_sdpa"))],
+                ids=["recurrent", "chunk64", "routed", "routed_gqa"])
 def mid(request, load_package, weights):
     """(config, reference, the compiled engine, dynamo graphs its build compiled, its chunk_rows). "routed" adds
     triton_prefill_route (its routing op in every compiled layer, padding rows routed to no expert) and
-    prefill_fused_projections (the frame's fused matrices in the layers' GEMMs)."""
+    prefill_fused_projections (the frame's fused matrices in the layers' GEMMs); "routed_gqa" gqa_sdpa too (SDPA
+    causal without a mask: its flash kernel instead of the float32 math path)."""
     config, device = config_named("drama3-mid"), torch.device("cuda")
-    chunk_rows, routed = request.param
+    chunk_rows, extra = request.param
     counters.clear()
-    eng = load_package(_stack(True, chunk_rows, routed)).build_engine(config, weights, device)
+    eng = load_package(_stack(True, chunk_rows, extra)).build_engine(config, weights, device)
     return config, build_engine(config, weights, device), eng, counters["stats"]["unique_graphs"], chunk_rows
 
 

@@ -5,7 +5,8 @@ kernels interpreted inside their custom ops. On drama3-tiny the teacher-forced l
 row buckets, the second compiling nothing more (the rows are a dynamic dim), and dynamo breaks no graph (the
 kernels are opaque ops). The delta rule runs in chunks of 32 (triton_deltanet chunk_rows), so inside the program
 the chunked kernels stop at the prompt's device row count. With triton_prefill_route and prefill_fused_projections
-on top, the same holds, and the padding rows route to no expert. The uncompiled variant:
+and gqa_sdpa on top, the same holds (the prefill's attention then causal without a mask, KV heads shared by
+enable_gqa), and the padding rows route to no expert. The uncompiled variant:
 interpret_cuda_graph_prefill.py; inductor and capture on CUDA: tests/gpu/test_gpu_compiled_prefill.py."""
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from test_cuda_graphs import REFERENCE, load, transformed
 from torch._dynamo.utils import counters
 
 from candidates.repo import engine_files
+from knowledge_base.transforms.attention import gqa_sdpa
 from knowledge_base.transforms.cuda_graph_frame import cuda_graph_frame
 from knowledge_base.transforms.cuda_graph_prefill import cuda_graph_prefill
 from knowledge_base.transforms.prefill_fused_projections import prefill_fused_projections
@@ -54,8 +56,8 @@ def packages(tmp_path_factory):
     with pytest.MonkeyPatch.context() as m:
         m.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
         packages = {on: load(transformed(base, [_variant(on)]), root) for on in (False, True)}
-        packages["routed"] = load(transformed(base, [_variant(True), triton_prefill_route, prefill_fused_projections]),
-                                  root)
+        packages["routed"] = load(transformed(base, [_variant(True), triton_prefill_route, prefill_fused_projections,
+                                                     gqa_sdpa]), root)
         return packages
 
 
@@ -68,7 +70,8 @@ def test_compile_steps_compiles_the_layer_and_tower_steps(packages):
                                                                                   program.tower))
 
 
-# "routed": with triton_prefill_route's op in each layer, and prefill_fused_projections' shared GEMMs
+# "routed": with triton_prefill_route's op in each layer, prefill_fused_projections' shared GEMMs and gqa_sdpa's
+# maskless causal attention
 @pytest.mark.parametrize("engine", [True, "routed"])
 def test_one_compile_serves_every_bucket_and_matches_the_reference(packages, engine):
     weights = init_weights(CFG, seed=0, device="cpu")
