@@ -114,6 +114,17 @@ def fake_calibrate(baseline_dir: Path, target, *, work_dir: Path, gpu_index=None
                             ttfa_ci_low=0.99, ttfa_ci_high=1.01)
 
 
+def logged_calibrate(evaluator: FakeEvaluator):
+    """fake_calibrate that logs a "calibrate" event to the evaluator's log and takes as long as one of its
+    evaluations, as on a GPU."""
+    def calibrate(*args, **kwargs) -> NoiseCalibration:
+        evaluator._log(event="calibrate")
+        time.sleep(evaluator.delay_s)
+        return fake_calibrate(*args, **kwargs)
+
+    return calibrate
+
+
 def _files(d: Path) -> dict[str, str]:
     p = d / SPEED_FILE
     return {SPEED_FILE: p.read_text()} if p.exists() else {}
@@ -167,14 +178,8 @@ def main(argv: list[str]) -> None:
     plan = {tuple(map(int, k.split(","))): v for k, v in json.loads(Path(argv[1]).read_text()).items()}
     log = swarm_home() / "fake_calls.jsonl"
     evaluate = FakeEvaluator(delay_s=float(argv[2]), log=log)
-
-    def calibrate(*args, **kwargs) -> NoiseCalibration:  # takes as long as an evaluation, as on a GPU
-        evaluate._log(event="calibrate")
-        time.sleep(evaluate.delay_s)
-        return fake_calibrate(*args, **kwargs)
-
     swarm = Swarm(target, kb=KnowledgeStore(kb_path(target)), repo=EngineRepo(engines_path()),
-                  executor=LocalExecutor(target, evaluate, calibrate),
+                  executor=LocalExecutor(target, evaluate, logged_calibrate(evaluate)),
                   make_agents=lambda ledger: [FakeAgent("fake-0", plan, log=log).bind(ledger)])
     with swarm:
         outcome = swarm.resume(argv[3], skip_pending=argv[4:] == ["skip"]) if len(argv) > 3 else swarm.start()

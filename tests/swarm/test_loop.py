@@ -5,7 +5,7 @@ import json
 
 import pytest
 from loop_helpers import fake_swarm, small_target
-from swarm_fakes import SPEED_FILE, FakeAgent, FakeEvaluator, fake_calibrate
+from swarm_fakes import SPEED_FILE, FakeAgent, FakeEvaluator, fake_calibrate, logged_calibrate
 
 from knowledge_base import REFERENCE_ID, CandidateState
 from swarm.events import EngineKept, EvaluationFinished, NoiseCalibrated, read_events
@@ -68,18 +68,14 @@ def test_the_a_a_band_is_measured_once_at_the_first_would_be_win():
     assert events.index(NoiseCalibrated) < events.index(EvaluationFinished, events.index(EvaluationFinished) + 1)
     assert events.index(NoiseCalibrated) > events.index(EvaluationFinished)
 
+
 def test_the_a_a_band_takes_the_device_slot_before_a_queued_sibling(tmp_path):
     log = tmp_path / "slot.jsonl"
-
-    def calibrate(*args, **kwargs):
-        with log.open("a") as f:
-            f.write(json.dumps({"event": "calibrate"}) + "\n")
-        return fake_calibrate(*args, **kwargs)
-
+    evaluator = FakeEvaluator(delay_s=0.2, log=log)
     # one device slot (a CPU target), two would-be wins: whichever is evaluated first asks for the A/A band
     agent = FakeAgent("a", {(1, 0): 1.5, (1, 1): 1.4})
-    with fake_swarm(small_target(budget={"iterations": 1}), [agent], FakeEvaluator(delay_s=0.2, log=log),
-                    calibrate=calibrate) as swarm:
+    with fake_swarm(small_target(budget={"iterations": 1}), [agent], evaluator,
+                    calibrate=logged_calibrate(evaluator)) as swarm:
         swarm.start()
     order = [json.loads(line)["event"] for line in log.read_text().splitlines()]
     assert order == ["start", "done", "calibrate", "start", "done"]

@@ -13,6 +13,7 @@ from pathlib import Path
 from loop_helpers import small_target
 
 from knowledge_base import CandidateState, KnowledgeStore, RunState
+from swarm.loop import _dirname
 from swarm.paths import kb_path, swarm_home
 
 HERE = Path(__file__).resolve().parent
@@ -22,11 +23,6 @@ ROOT = HERE.parents[1]
 def _calls() -> list[dict]:
     path = swarm_home() / "fake_calls.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
-def _engine_dir(candidate_id: str) -> str:
-    """The directory name a candidate is evaluated from, as the fake evaluator logs it (swarm.loop._dirname)."""
-    return "e_" + candidate_id.replace("-", "_").replace(".", "_")
 
 
 def _swarm(tmp_path: Path, *args: str) -> subprocess.Popen:
@@ -105,7 +101,7 @@ def test_resume_skipping_pending_goes_on_from_the_next_iteration(tmp_path):
     assert [verdicts[c].status for c in first] == ["skipped", "skipped"]
     assert "--skip-pending" in verdicts[first[0]].summary
     started = Counter(c["candidate"] for c in _calls() if c["event"] == "start")
-    assert sorted(started) == [_engine_dir(c) for c in (first[0], f"{run_id}.i002.s00", f"{run_id}.i002.s01")]
+    assert sorted(started) == [_dirname(c) for c in (first[0], f"{run_id}.i002.s00", f"{run_id}.i002.s01")]
     assert set(started.values()) == {1}  # iteration 1: only the start the kill cut short
     assert verdicts[f"{run_id}.i002.s00"].status == "mismatch"  # evaluated, though the same engine as i001.s00
     assert all(c.state is CandidateState.DONE for c in kb.candidates(run_id))
@@ -133,7 +129,7 @@ def test_a_would_be_win_killed_during_its_calibration_is_decided_on_resume_not_e
     assert verdicts[win].status == "pass" and verdicts[f"{run_id}.i001.s01"].status == "skipped"
     assert [k.id for k in kb.kept_engines(run_id)] == [win] and not kb.held_verdicts(run_id)
     calls = _calls()
-    assert [c["candidate"] for c in calls if c["event"] == "start"].count(_engine_dir(win)) == 1
+    assert [c["candidate"] for c in calls if c["event"] == "start"].count(_dirname(win)) == 1
     assert sum(c["event"] == "calibrate" for c in calls) == 2  # the killed one, and the resumed run's
 
 
