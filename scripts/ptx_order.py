@@ -1,8 +1,10 @@
-"""Each weight-reading decode kernel of the `proven` recipe, compiled for sm_90 at full drama3 dims on any machine
-with Triton (no GPU needed): its registers and spills (ptxas -v), and the order of its global loads (L) and block
-barriers (B) in the PTX, runs of loads counted (L22 = 22 loads in a row). Triton 3.6 does not move a load across a
-barrier, so every barrier between two runs of loads is a DRAM round trip that each program waits out; session 14
-(docs/benchmarks.md) found and cut some of them this way.
+"""Each weight-reading decode kernel of the `proven` recipe, and the loops of the prefill's delta rule and of a code
+draw, compiled for sm_90 at full drama3 dims on any machine with Triton (no GPU needed): registers and spills
+(ptxas -v), the block barriers in each loop's body (per token of the delta rule, per search step of a draw), and
+the order of its global loads (L) and block barriers (B) in the PTX, runs of loads counted (L22 = 22 loads in a
+row). Triton 3.6 does not move a load across a barrier, so every barrier between two runs of loads is a DRAM
+round trip that each program waits out; session 14 (docs/benchmarks.md) found and cut some of them this way, and
+session 20 the barriers that a loop pays on every iteration.
 
     python3 scripts/ptx_order.py [--warps W] [--block-n N]
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import re
 import subprocess
 import sys
@@ -33,7 +36,7 @@ from scripts.gpu_fast_check import RECIPES, import_package, package_root, recipe
 from scripts.sm90_target import Sm90Driver  # noqa: E402
 
 PTXAS = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
-BF16, F32, I32, U8 = torch.bfloat16, torch.float32, torch.int32, torch.uint8
+BF16, F32, I32, I64, U8 = torch.bfloat16, torch.float32, torch.int32, torch.int64, torch.uint8
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +44,7 @@ class Order:
     kernel: str
     registers: int
     spill_bytes: int
+    loop_barriers: str  # barriers in each loop's body, "+"-joined in PTX order; "-" for a kernel without loops
     sequence: str  # L/B/S in PTX order, runs of 4+ loads as L<count>
 
     @property
@@ -67,6 +71,17 @@ def _sequence(ptx: str) -> str:
     return re.sub(r"L{4,}", lambda m: f"L{len(m.group(0))}", "".join(marks))
 
 
+def _loop_barriers(ptx: str) -> str:
+    """Barriers between each loop header label and the branch back to it (the body run once per iteration)."""
+    lines, counts = ptx.splitlines(), []
+    for i, line in enumerate(lines):
+        if (header := re.match(r"^(\$L__BB\d+_\d+):.*Loop Header", line)) is not None:
+            back = next(j for j in range(i + 1, len(lines)) if re.search(rf"bra(\.uni)?\s+{re.escape(header[1])};",
+                                                                          lines[j]))
+            counts.append(str(sum("bar.sync" in body for body in lines[i:back])))
+    return "+".join(counts) or "-"
+
+
 def _ptxas(ptx: str) -> tuple[int, int]:
     """(registers, spill store bytes) that ptxas reports for sm_90a."""
     with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
@@ -81,14 +96,17 @@ def _kernels(warps: int | None, block_n: int | None) -> dict[str, Callable[[], o
     """kernel name -> its sm_90 warmup at full drama3 dims with the recipe's tiles (or the overrides)."""
     root = package_root("ptx_order_")
     engine = import_package(recipe_files(RECIPES["proven"]), root, "ptx_order_engine")
-    tower, fused, block, step = (importlib.import_module(f"{engine.__name__}.{m}")
-                                 for m in ("triton_tower", "fused_moe", "moe_block", "triton_deltanet_step"))
+    tower, fused, block, step, delta, draws = (
+        importlib.import_module(f"{engine.__name__}.{m}")
+        for m in ("triton_tower", "fused_moe", "moe_block", "triton_deltanet_step", "triton_deltanet", "triton_sampling"))
     b, t = get_config("drama3").backbone, get_config("drama3").tower
     h, e, k, inter, fp8 = b.hidden_size, b.num_experts, b.num_experts_per_tok, b.moe_intermediate_size, b.fp8_block
     nk, nv, dk, dv = b.linear_num_key_heads, b.linear_num_value_heads, b.linear_key_head_dim, b.linear_value_head_dim
     in_proj = 2 * nk * dk + 2 * nv * dv + 2 * nv  # q|k|v|z|b|a
     router = e + 2 * b.shared_expert_intermediate_size + 1
     channels = 2 * nk * dk + nv * dv
+    residual = get_config("drama3").codec.residual_codebook_size  # a code draw's valid logits
+    code_block = triton.next_power_of_2(residual)
 
     def rows(default: int) -> int:
         return block_n or default
@@ -123,6 +141,12 @@ def _kernels(warps: int | None, block_n: int | None) -> dict[str, Callable[[], o
                           _ptr(BF16), _ptr(BF16), _ptr(BF16), _ptr(BF16), k, triton.next_power_of_2(k), h, inter,
                           b.shared_expert_intermediate_size, fp8, min(rows(fused.DOWN_BLOCK_N), fp8),
                           min(fp8, fused.DOWN_BLOCK_K), fused.DOWN_BLOCK_K, True, True, num_warps=fused.DOWN_WARPS),
+        "delta rule (prefill, per token)": run(delta._delta_rule_kernel, _ptr(F32), _ptr(F32), _ptr(F32), _ptr(F32),
+                                               _ptr(F32), _ptr(F32), _ptr(F32), _ptr(I64), 64, nv, dk, dv,
+                                               math.gcd(delta.BLOCK_V, dv), True, num_warps=delta.NUM_WARPS),
+        "draw code (per search step)": run(draws._draw_code_kernel, _ptr(F32), _ptr(I64), _ptr(I64), residual,
+                                           1.0, 0.9, 30, False, True, True, True, code_block,
+                                           *draws._search(code_block, draws.CODE_WARPS), num_warps=draws.CODE_WARPS),
     }
 
 
@@ -131,7 +155,7 @@ def orders(warps: int | None = None, block_n: int | None = None) -> list[Order]:
     found = []
     for name, warmup in _kernels(warps, block_n).items():
         ptx = warmup().asm["ptx"]
-        found.append(Order(name, *_ptxas(ptx), _sequence(ptx)))
+        found.append(Order(name, *_ptxas(ptx), _loop_barriers(ptx), _sequence(ptx)))
     return found
 
 
@@ -140,9 +164,11 @@ def main() -> None:
     parser.add_argument("--warps", type=int, help="every kernel's warps (default: the recipe's)")
     parser.add_argument("--block-n", type=int, help="every kernel's rows per program (default: the recipe's)")
     args = parser.parse_args()
-    print(f"{'kernel':34} {'regs':>5} {'spill B':>8} {'trips':>5}  loads (L) and barriers (B) in PTX order")
+    print(f"{'kernel':34} {'regs':>5} {'spill B':>8} {'trips':>5} {'loop B':>6}  loads (L) and barriers (B) in "
+          "PTX order")
     for o in orders(args.warps, args.block_n):
-        print(f"{o.kernel:34} {o.registers:5d} {o.spill_bytes:8d} {o.round_trips:5d}  {o.sequence}")
+        print(f"{o.kernel:34} {o.registers:5d} {o.spill_bytes:8d} {o.round_trips:5d} {o.loop_barriers:>6}  "
+              f"{o.sequence}")
 
 
 if __name__ == "__main__":
