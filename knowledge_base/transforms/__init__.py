@@ -17,6 +17,7 @@ from .prefill_fused_projections import prefill_fused_projections
 from .sampling import graph_topk_sampling, topk_first_sampling
 from .triton_backbone_attention import triton_backbone_attention
 from .triton_backbone_deltanet import triton_backbone_deltanet
+from .triton_code_heads import triton_code_heads
 from .triton_deltanet import triton_deltanet
 from .triton_fp8_moe import triton_fp8_moe
 from .triton_moe_block import triton_moe_block
@@ -32,7 +33,7 @@ ALL: tuple[Transform, ...] = (fp8_dequant_at_build, moe_dispatch, rope_tables, g
                               cuda_graph_prefill, graph_topk_sampling, inductor_decode_steps, triton_moe_fused,
                               triton_sampling, triton_tower, triton_backbone_attention,
                               triton_backbone_deltanet, triton_moe_block, codec_overlap,
-                              inductor_codec, triton_prefill_route, prefill_fused_projections)
+                              inductor_codec, triton_prefill_route, prefill_fused_projections, triton_code_heads)
 TRANSFORMS: dict[str, Transform] = {t.name: t for t in ALL}
 
 __all__ = ["ALL", "TRANSFORMS", "NotApplicable", "Params", "Patch", "Transform"]
