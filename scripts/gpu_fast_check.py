@@ -40,7 +40,7 @@ sys.path.insert(0, str(REPO))
 from candidates.repo import EngineRepo, engine_files, write_files
 from evaluator.compare import Logits, check_logits
 from knowledge_base import KnowledgeStore
-from knowledge_base.transforms import TRANSFORMS
+from knowledge_base.transforms import TRANSFORMS, NotApplicable
 from knowledge_base.transforms.renew import renewal
 from reference_runtime.api import SamplingParams, StreamSchedule
 from reference_runtime.bench import bench_requests, measure_trial
@@ -170,7 +170,10 @@ def plus_files(files: dict[str, str], items: list[str]) -> dict[str, str]:
         if name not in TRANSFORMS:
             sys.exit(f"--kept-plus: unknown transform {name!r} (known: {sorted(TRANSFORMS)})")
         if not item.startswith("renew:"):
-            files = recipe_files(((name, {}),), files)
+            try:
+                files = recipe_files(((name, {}),), files)
+            except NotApplicable as e:  # e.g. a transform whose prerequisite needs a renewal first
+                sys.exit(f"--kept-plus: {item}: {e}")
             continue
         found = renewal(TRANSFORMS[name], files)
         if found is None:

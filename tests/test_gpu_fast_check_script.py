@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from candidates import EngineRepo
 from candidates.repo import engine_files
 from knowledge_base import REFERENCE_ID, EngineKey, Figures, KeptEngine, KnowledgeStore
@@ -53,14 +55,16 @@ def test_dry_run_checks_the_best_kept_engine(tmp_path):
         assert sorted(kept["prompts"]) == ["hello", "sentences", "voice"]
 
 
-def test_a_renewal_the_kept_engine_cannot_take_is_a_clear_error(tmp_path):
+@pytest.mark.parametrize("item, message", [
+    ("renew:triton_prefill_moe", "renew:triton_prefill_moe: the engine has today's files"),
+    ("triton_code_heads", "triton_code_heads: triton_code_heads: apply triton_tower and triton_sampling first")])
+def test_a_change_the_kept_engine_cannot_take_is_a_clear_error(tmp_path, item, message):
     _kept_home(tmp_path / "home")
     done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path / "x.json"), "--config", "drama3-tiny",
-                           "--device", "cpu", "--engines", "", "--kept", "best", "--kept-plus",
-                           "renew:triton_prefill_moe"],
+                           "--device", "cpu", "--engines", "", "--kept", "best", "--kept-plus", item],
                           env=os.environ | {"SWARM_HOME": str(tmp_path / "home")}, capture_output=True, text=True,
                           timeout=300, check=False)
-    assert done.returncode == 1 and "--kept-plus: renew:triton_prefill_moe: the engine has today's files" in done.stderr
+    assert done.returncode == 1 and f"--kept-plus: {message}" in done.stderr, done.stderr[-2000:]
 
 
 def test_no_kept_engine_is_a_clear_error(tmp_path):
