@@ -20,6 +20,7 @@ from .triton_backbone_deltanet import triton_backbone_deltanet
 from .triton_code_heads import triton_code_heads
 from .triton_deltanet import triton_deltanet
 from .triton_fp8_moe import triton_fp8_moe
+from .triton_frame_glue import triton_frame_glue
 from .triton_moe_block import triton_moe_block
 from .triton_moe_fused import triton_moe_fused
 from .triton_prefill_moe import triton_prefill_moe
@@ -33,7 +34,8 @@ ALL: tuple[Transform, ...] = (fp8_dequant_at_build, moe_dispatch, rope_tables, g
                               cuda_graph_prefill, graph_topk_sampling, inductor_decode_steps, triton_moe_fused,
                               triton_sampling, triton_tower, triton_backbone_attention,
                               triton_backbone_deltanet, triton_moe_block, codec_overlap,
-                              inductor_codec, triton_prefill_route, prefill_fused_projections, triton_code_heads)
+                              inductor_codec, triton_prefill_route, prefill_fused_projections, triton_code_heads,
+                              triton_frame_glue)
 TRANSFORMS: dict[str, Transform] = {t.name: t for t in ALL}
 
 __all__ = ["ALL", "TRANSFORMS", "NotApplicable", "Params", "Patch", "Transform"]
