@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -69,25 +70,42 @@ class RayExecutor:
         self._eval_remote = ray.remote(num_gpus=gpus, max_retries=0)(_evaluate_task)
         self._calibrate_remote = ray.remote(num_gpus=gpus, max_retries=0)(_calibrate_task)
 
+    def _slots(self) -> int:
+        """Evaluations in flight at once: as many as the cluster's GPUs hold; one on CPU, where a timed run
+        shares the host with nothing else (as the local executor's CPU slot)."""
+        gpus = self._task_target.hardware.gpu_count if self.target.hardware.device == "cuda" else 0
+        if not gpus:
+            return 1
+        return max(1, int(self._ray.cluster_resources().get("GPU", 0)) // gpus)
+
+    def _submit(self, job: EvalJob, started: Callable[[EvalJob], None]) -> Any:
+        started(job)
+        return self._eval_remote.remote(self._evaluate, self._task_target, engine_files(job.candidate_dir),
+                                        engine_files(job.baseline_dir), job.secret_seed, job.calibration,
+                                        job.correctness_only)
+
     def evaluate_all(self, jobs: Sequence[EvalJob], proceed: Callable[[], bool] = lambda: True,
                      started: Callable[[EvalJob], None] = lambda job: None) -> Iterator[EvalResult]:
-        refs = {}
-        for job in jobs:
-            started(job)  # submitted: Ray schedules the tasks onto its slots itself
-            ref = self._eval_remote.remote(self._evaluate, self._task_target, engine_files(job.candidate_dir),
-                                           engine_files(job.baseline_dir), job.secret_seed, job.calibration,
-                                           job.correctness_only)
-            refs[ref] = job
-        pending = list(refs)
+        """Tasks are submitted as slots free up, and a freed slot's next task only once the caller has taken the
+        finished one's result: a calibration the caller submits then (the A/A band a would-be win asks for) is
+        scheduled before the jobs still queued, as in the local executor."""
+        queued, refs = deque(jobs), {}
+        for _ in range(min(self._slots(), len(queued))):
+            job = queued.popleft()
+            refs[self._submit(job, started)] = job
         try:
-            while pending:
-                done, pending = self._ray.wait(pending, num_returns=1)
+            while refs:
+                done, _ = self._ray.wait(list(refs), num_returns=1)
+                job = refs.pop(done[0])
                 verdict, seconds = self._ray.get(done[0])
-                yield EvalResult(job=refs[done[0]], verdict=verdict, seconds=seconds)
+                yield EvalResult(job=job, verdict=verdict, seconds=seconds)
                 if not proceed():
-                    break  # tasks still queued or running are cancelled: the budget ran out
+                    break  # tasks still running are cancelled, queued ones never submitted: the budget ran out
+                if queued:
+                    job = queued.popleft()
+                    refs[self._submit(job, started)] = job
         finally:
-            for ref in pending:
+            for ref in refs:
                 self._ray.cancel(ref, force=True)
 
     def calibrate(self, baseline_dir: Path, work_dir: Path, secret_seed: int) -> Any:
