@@ -327,10 +327,14 @@ def graph_stages(report: Report, pkg, engine, config) -> None:
                    sampling, 0)
     span, x = engine._span(engine._rows + 1), st.buf.hidden.clone()
 
+    # with triton_code_heads each code is drawn inside its head's kernel: "sampling" is then the main draw alone,
+    # and tower_lm_head includes the code draws
+    code_draws = 0 if getattr(prog, "code_heads", None) is not None else config.num_codebooks - 1
+
     def sampling_only() -> None:
         noise = prog.noise.draw(st.buf.seed, st.buf.pos)
         step.sample_main(st.buf.main_logits, sampling, st.recent(sampling.ras_window), noise)
-        for k in range(config.num_codebooks - 1):
+        for k in range(code_draws):
             step.sample_code(st.buf.code_logits[k], sampling, config.codec.residual_codebook_size,
                              noise[step.FIRST_CODE + k])
 
