@@ -13,6 +13,7 @@ from .deltanet import deltanet_conv_unfold
 from .inductor_codec import inductor_codec
 from .inductor_steps import inductor_decode_steps
 from .moe import fp8_dequant_at_build, moe_dispatch
+from .pipelined_frames import pipelined_frames
 from .prefill_fused_projections import prefill_fused_projections
 from .sampling import graph_topk_sampling, topk_first_sampling
 from .triton_backbone_attention import triton_backbone_attention
@@ -35,7 +36,7 @@ ALL: tuple[Transform, ...] = (fp8_dequant_at_build, moe_dispatch, rope_tables, g
                               triton_sampling, triton_tower, triton_backbone_attention,
                               triton_backbone_deltanet, triton_moe_block, codec_overlap,
                               inductor_codec, triton_prefill_route, prefill_fused_projections, triton_code_heads,
-                              triton_frame_glue)
+                              triton_frame_glue, pipelined_frames)
 TRANSFORMS: dict[str, Transform] = {t.name: t for t in ALL}
 
 __all__ = ["ALL", "TRANSFORMS", "NotApplicable", "Params", "Patch", "Transform"]

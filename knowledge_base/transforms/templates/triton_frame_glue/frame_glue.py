@@ -99,11 +99,11 @@ class FrameGlue:
                                       num_warps=NUM_WARPS)
 
     def finish(self, codes: torch.Tensor, use: torch.Tensor, force: torch.Tensor, frame: torch.Tensor,
-               history: torch.Tensor, pos: torch.Tensor, recent: torch.Tensor) -> None:
+               history: torch.Tensor, pos: torch.Tensor, recent: torch.Tensor | None) -> None:
         """The predicted frame from self.index and `codes` (codes 1.. as int64) into history[pos] and frame, the
-        main index into the RAS window, pos + 1."""
-        cfg, window = self.config, recent.numel()
+        main index into the RAS window (None: left alone), pos + 1."""
+        cfg, window = self.config, 0 if recent is None else recent.numel()
         width = frame.numel()
-        _finish_kernel[(1,)](self.index, codes, use, force, frame, history, pos, recent, cfg.semantic_begin,
-                             cfg.eos_token_id, width, triton.next_power_of_2(width), window,
-                             triton.next_power_of_2(max(window, 1)), num_warps=1)
+        _finish_kernel[(1,)](self.index, codes, use, force, frame, history, pos, recent if window else pos,
+                             cfg.semantic_begin, cfg.eos_token_id, width, triton.next_power_of_2(width), window,
+                             triton.next_power_of_2(max(window, 1)), num_warps=1)  # (an empty window: unread)
