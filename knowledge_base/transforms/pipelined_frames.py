@@ -11,7 +11,6 @@ STEP, STATE, ENGINE = "decode_step.py", "static_state.py", "graph_engine.py"
 _GLUE = "                                  frame_embedding.__self__.codebook_embeddings)\n"
 _RUN = '''        """kind "frame": backbone then predict (a decode step); "predict": the first frame after prefill."""
 '''
-_INPUT = "        x = F.embedding(buf.frame[:1], self.w.embed)\n"
 _RECENT = "        self._recent: dict[int, torch.Tensor] = {}\n"
 _MUTABLE = "[b.pos, b.frame, b.hidden, b.main_logits, b.code_logits]"
 _FORCING = "        self._forcing = False\n"
@@ -45,10 +44,6 @@ def _apply(files: Files, params: Params) -> list[Patch]:
         if self.pipeline is not None:
             self.pipeline.run(kind, span, sampling)
             return
-"""),
-        replace_once(files, STEP, _INPUT, """\
-        # pipelined_frames: the previous frame's main token, selected before this frame's tower writes the frame
-        x = F.embedding(buf.frame[:1] if self.pipeline is None else self.pipeline.main_in, self.w.embed)
 """),
         replace_once(files, STATE, _RECENT, _RECENT + """\
         # pipelined_frames: buffers a step leaves for the next one, which a capture's warm-up must not change

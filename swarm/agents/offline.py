@@ -144,12 +144,29 @@ def _prior(transform: Transform, context: ProposalContext) -> float:
     return transform.prior(context.device, frozenset(context.unmet_aims))
 
 
+def _reach(transform: Transform, context: ProposalContext, lineage: frozenset[str], files: dict[str, str]) -> float:
+    """The transform's prior times the best reach of what applying it (on `files`) makes applicable: a
+    prerequisite is worth what it leads to (a small kernel change that a large one builds on ranks as the pair),
+    counting only what would apply after it (not an alternative it rules out)."""
+    have = lineage | {transform.name}
+    unlocked = [t for t in TRANSFORMS.values() if context.device in t.devices and t.name not in have
+                and transform.name in t.requires and set(t.requires) <= have]
+    best = 1.0
+    if unlocked and (edits := _edits(transform, next(transform.variants()), files)) is not None:
+        after = apply_edits(files, edits)
+        best = max([_reach(t, context, have, after) for t in unlocked
+                    if _edits(t, next(t.variants()), after) is not None], default=1.0)
+    return _prior(transform, context) * best
+
+
 def _explore_options(context: ProposalContext, ranking: list[tuple[Transform, int]],
                      renewals: list[_Choice]) -> list[Transform | _Choice]:
     """What the exploring slots take in turn: renewals, then untried transforms by prior (all of them if none is
-    untried), with the retunes of the lineage's transforms before those whose prior is under RETUNE_PRIOR."""
+    untried), with the retunes of the lineage's transforms before those whose prior, with what they make
+    applicable, is under RETUNE_PRIOR."""
     fresh = [t for t, score in ranking if score == 0] or [t for t, _ in ranking]
-    above = [t for t in fresh if _prior(t, context) >= RETUNE_PRIOR]
+    lineage = frozenset(context.applied_transforms)
+    above = [t for t in fresh if _reach(t, context, lineage, context.parent_files) >= RETUNE_PRIOR]
     return renewals + above + _retunes(context) + [t for t in fresh if t not in above]
 
 
@@ -210,8 +227,9 @@ def _retunes(context: ProposalContext) -> list[_Choice]:
 
 def _ranking(context: ProposalContext) -> list[tuple[Transform, int]]:
     """Eligible transforms with their scores (worked 2, promising 1, untried 0, failed -1), best first; within a
-    score, highest prior on the context's device first, equal priors shuffled by the iteration."""
-    lineage = set(context.applied_transforms)
+    score, highest prior on the context's device (with what each makes applicable, _reach) first, equal priors
+    shuffled by the iteration."""
+    lineage = frozenset(context.applied_transforms)
     failed = _failed_text(context)
     worked = " ".join(x.summary for x in _member_lessons(context) if x.outcome == "worked")
     promising = " ".join(x.summary for x in _member_lessons(context) if x.outcome == "promising")
@@ -223,7 +241,8 @@ def _ranking(context: ProposalContext) -> list[tuple[Transform, int]]:
     for score in sorted({s for _, s in scored}, reverse=True):
         tier = [(t, s) for t, s in scored if s == score]
         rng.shuffle(tier)
-        ranking += sorted(tier, key=lambda ts: -_prior(ts[0], context))  # stable: equal priors keep the shuffle
+        reach = {t.name: _reach(t, context, lineage, context.parent_files) for t, _ in tier}
+        ranking += sorted(tier, key=lambda ts: -reach[ts[0].name])  # stable: equal ones keep the shuffle
     return ranking
 
 

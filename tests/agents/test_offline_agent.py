@@ -288,8 +288,8 @@ def test_past_the_untried_transforms_worth_more_the_slots_retune_the_lineages_ke
     lineage = ["triton_prefill_moe", "cuda_graph_frame", "triton_deltanet", "triton_fp8_moe", "cuda_graph_prefill",
                "inductor_decode_steps", "cuda_graph_codec", "triton_moe_fused", "triton_tower", "triton_sampling",
                "triton_backbone_attention", "graph_topk_sampling", "triton_backbone_deltanet", "codec_overlap",
-               "inductor_codec", "triton_code_heads"]  # (the last three came later; here they are applied, so only
-    # triton_moe_block is left)
+               "inductor_codec", "triton_code_heads", "triton_frame_glue", "pipelined_frames"]  # (the last five came
+    # later; here they are applied, so only triton_moe_block is left)
     files = transformed(reference_run.files, *((name, next(TRANSFORMS[name].variants())) for name in lineage))
     parent = "drama3-h200-lease-001.i001.s00"
 
@@ -313,7 +313,8 @@ def test_retunes_go_to_the_transforms_whose_kernels_the_parents_profile_puts_fir
     """On the engine kept in session 12 with every proven GPU transform applied, the exploring slots retune: the
     transform whose Triton kernels took most of the parent's profiled time first; a kernel name two transforms'
     files share (the decode and prefill MoE kernels) splits its time between them; without a profile, by prior."""
-    lineage = [*EVERY_PROVEN, "triton_code_heads"]  # applied too: the untried left have priors under a retune's
+    # applied too: the untried left (with what they make applicable) have priors under a retune's
+    lineage = [*EVERY_PROVEN, "triton_code_heads", "triton_frame_glue", "pipelined_frames"]
     files = transformed(reference_run.files, *((name, next(TRANSFORMS[name].variants())) for name in lineage))
 
     def first_retune(kernels: dict[str, float]) -> list[str]:
@@ -368,7 +369,8 @@ def test_a_leap_of_renewals_edits_a_file_they_share_once(reference_run):
     """triton_moe_fused and triton_prefill_moe both carry fp8_bits.py: when it changed, both renew it. The leap
     computes each renewal on the files the previous ones produced, so the file is replaced once (a second
     replacement's SEARCH would no longer match) and the engine ends with today's files."""
-    lineage = [*EVERY_PROVEN, "triton_code_heads"]  # applied too: the untried left have priors under a retune's
+    # applied too: the untried left (with what they make applicable) have priors under a retune's
+    lineage = [*EVERY_PROVEN, "triton_code_heads", "triton_frame_glue", "pipelined_frames"]
     today = transformed(reference_run.files, *((name, next(TRANSFORMS[name].variants())) for name in lineage))
     files = dict(today)
     files["fp8_bits.py"] += "# an older version\n"
@@ -384,7 +386,8 @@ def test_a_leap_renews_a_transform_after_the_one_whose_file_it_imports(reference
     """triton_moe_block's kernel imports triton_tower's helpers, so with both stale its renewal waits for
     triton_tower's (renew.py); the leap renews in rounds and brings both, and the exploring slots offer only what
     applies to the parent alone."""
-    lineage = [*EVERY_PROVEN, "triton_code_heads"]  # applied too: the untried left have priors under a retune's
+    # applied too: the untried left (with what they make applicable) have priors under a retune's
+    lineage = [*EVERY_PROVEN, "triton_code_heads", "triton_frame_glue", "pipelined_frames"]
     today = transformed(reference_run.files, *((name, next(TRANSFORMS[name].variants())) for name in lineage))
     files = dict(today)
     files["triton_tower.py"] = files["triton_tower.py"].replace("RESIDUAL_", "OLD_")

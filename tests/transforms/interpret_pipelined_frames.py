@@ -2,8 +2,9 @@
 steps run the glue's and the code heads' kernels): it applies only on top of triton_frame_glue; the pipelined
 engine's teacher-forced logits match the reference within the codebook, including a frame forced to EOS and one
 forced to a text token; its seeded generations and streams are the one-frame engine's, frame for frame, with a
-RAS window; it decodes up to the context's last row (where a step runs the tail alone) and then refuses. On CPU
-the two halves run one after the other; the second CUDA stream and the timing run in tests/gpu/."""
+RAS window, whichever of a step's two branches runs first; it decodes up to the context's last row (where a step
+runs the tail alone) and then refuses. On CPU the two halves run one after the other; the second CUDA stream and
+the timing run in tests/gpu/."""
 from __future__ import annotations
 
 import dataclasses
@@ -89,6 +90,28 @@ def test_generations_and_streams_are_the_one_frame_engines(packages, weights):
     assert torch.equal(piped.state.recent(4), plain.state.recent(4)) and (plain.state.recent(4) >= 0).all()
     chunks = list(piped.stream(request, StreamSchedule(first_chunk_frames=1)))
     assert torch.equal(torch.cat([c.frames for c in chunks]), want.frames)
+
+
+def test_the_branches_are_independent_in_either_order(packages, weights):
+    """On the GPU the head and the tail run at once: with the tail first here, the same frames as head first."""
+    base, fast = packages
+    plain, piped = (p.build_engine(CFG, weights, "cpu") for p in (base, fast))
+    pipeline = piped.program.pipeline
+
+    def tail_first(kind: str, span: int, sampling: SamplingParams) -> None:
+        if kind.startswith("frame_first"):
+            pipeline._head(span, sampling)
+        elif kind.startswith("predict"):
+            pipeline._head_draw(sampling)
+        pipeline._select(sampling)
+        pipeline._tail(span, sampling)
+        if not (kind.startswith("predict") or kind.endswith("_last")):
+            pipeline._head(span, sampling)
+
+    pipeline.run = tail_first
+    request = TTSRequest(text="Hello there", max_frames=8, ignore_eos=True, seed=3,
+                         sampling=SamplingParams(code_top_k=8, ras_top_k=8, ras_window=4))
+    assert torch.equal(piped.generate(request).frames, plain.generate(request).frames)
 
 
 def test_decodes_to_the_contexts_last_row_then_refuses(packages, weights):

@@ -6,9 +6,11 @@ forced), then runs frame k's tail on the current stream and frame k+1's head on 
 branches whose launch gaps and latency-bound kernels (attention, the recurrent step, routing, draws) the other
 branch's weight streaming can fill. Each branch computes what the one-frame step computed, in the same order.
 
-The branches share no buffer they write: the head writes the backbone's hidden (buf.hidden), its main logits and
-its draw; the select copies what the tail needs (hidden_tail, buf.main_logits) before they fork. buf.pos is the
-head's row; the tail's row is tail_pos. The RAS window takes frame k's main index in the select, before frame
+The branches write no buffer the other reads, but one: the head writes the backbone's hidden (buf.hidden), its
+main logits and its draw, and the select copies what the tail needs (hidden_tail, buf.main_logits) before they fork.
+The select also writes frame k's main token into buf.frame[0], the backbone's input, and the tail's last kernel
+writes the whole frame there: the same token, so the head reads it whichever comes first. buf.pos is the head's
+row; the tail's row is tail_pos. The RAS window takes frame k's main index in the select, before frame
 k+1's draw reads it, as the one-frame step had it by then. The first frame's step (after the prefill) runs no next
 head, so the time to first audio is the one-frame step's; the step after it runs that head first. A step at the
 context's last row has no next frame to start: its kind ends in "_last" and it runs no next head.
@@ -29,7 +31,6 @@ class FramePipeline:
         """program: the decode_step.FrameProgram whose pieces (backbone, weights, code heads, glue) it runs."""
         buf, device = state.buf, state.device
         self.program, self.state = program, state
-        self.main_in = buf.frame[:1].clone()  # the head's input: the main token of the frame before
         self.main_next = torch.zeros_like(buf.main_logits)  # the head's main logits and draw, for the next select
         self.drawn_next = torch.zeros(1, dtype=torch.long, device=device)
         self.hidden_tail = torch.zeros_like(buf.hidden)
@@ -62,9 +63,9 @@ class FramePipeline:
     def _select(self, sampling: SamplingParams) -> None:
         cfg, buf, glue = self.program.config, self.state.buf, self.program.glue
         glue.entry(self.drawn_next, buf.use_force, buf.force, buf.frame)  # index, flag, shared layers' embeddings
-        index = glue.index
+        index = glue.index  # the entry read frame k-1 from buf.frame: now frame k's main token, the head's input
         drawn_main = torch.where(index > 0, cfg.semantic_begin + index - 1, cfg.eos_token_id)
-        self.main_in.copy_(torch.where(buf.use_force, buf.force[:1], drawn_main))
+        buf.frame[:1].copy_(torch.where(buf.use_force, buf.force[:1], drawn_main))
         recent = self.state.recent(sampling.ras_window)
         recent.copy_(torch.cat((recent, index[None]))[1:])
         self.tail_pos.copy_(buf.pos)
