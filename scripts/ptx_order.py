@@ -3,8 +3,9 @@ draw, compiled for sm_90 at full drama3 dims on any machine with Triton (no GPU 
 (ptxas -v), the block barriers in each loop's body (per token of the delta rule, per search step of a draw), and
 the order of its global loads (L) and block barriers (B) in the PTX, runs of loads counted (L22 = 22 loads in a
 row). Triton 3.6 does not move a load across a barrier, so every barrier between two runs of loads is a DRAM
-round trip that each program waits out; session 14 (docs/benchmarks.md) found and cut some of them this way, and
-session 20 the barriers that a loop pays on every iteration.
+round trip that each program waits out; session 14 (docs/benchmarks.md) found and cut some of them this way. Fewer
+barriers in a loop are not faster by themselves: session 20 cut the delta rule's from 14 to 4 per token and the
+draws' search steps from 63 to 22, and both ran slower on the GPU (session 21).
 
     python3 scripts/ptx_order.py [--warps W] [--block-n N]
 
@@ -146,7 +147,7 @@ def _kernels(warps: int | None, block_n: int | None) -> dict[str, Callable[[], o
                                                math.gcd(delta.BLOCK_V, dv), True, num_warps=delta.NUM_WARPS),
         "draw code (per search step)": run(draws._draw_code_kernel, _ptr(F32), _ptr(I64), _ptr(I64), residual,
                                            1.0, 0.9, 30, False, True, True, True, code_block,
-                                           *draws._search(code_block, draws.CODE_WARPS), num_warps=draws.CODE_WARPS),
+                                           num_warps=draws.CODE_WARPS),
     }
 
 

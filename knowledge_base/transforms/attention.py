@@ -97,12 +97,9 @@ gqa_sdpa = Transform(
             # a guess: two KV copies fewer per attention call of a ~4,000-kernel eager frame; the graphed frame
             # has its own attention, so after cuda_graph_frame only an eager prefill gains
             "cuda": 1.02},
-    # an estimate from the kept engine's prefill profile (session 19, docs/measurements/
-    # 2026-12-05_h200_s19_prefill_fast_check.json, voice prompt): with a mask, the inductor-compiled prefill runs
-    # SDPA's math path in float32 for its 23 attention layers (10 backbone, 13 teacher-forced tower): 46 fp32
-    # cuBLAS GEMMs (0.79 ms), 23 softmax kernels (0.15 ms) and the copies around them; causal without a mask and
-    # with enable_gqa, SDPA may take its flash kernel, one per layer: ~1 ms of a 25 ms voice prefill
-    first_audio={"cuda": 1.04},
+    # no TTFA prior on CUDA: session 20 guessed 1.04 (the compiled prefill's 46 float32 attention GEMMs), but in
+    # session 21's full-size stack on an H100 those GEMMs were still there and TTFA moved 1.01x at most
+    # (docs/measurements/2026-12-05_h100_s21_fast_check.json)
     summary="let SDPA share KV heads across query groups (enable_gqa) instead of repeat_interleave copies of "
             "the whole cache, and skip the mask when one new row attends to the full cache",
     feature="gated_attention",

@@ -69,15 +69,17 @@ def _apply(files: Files, params: Params) -> list[Patch]:
 
 pipelined_frames = Transform(
     name="pipelined_frames",
-    # an estimate, not a measurement: the H200 profile (sessions 16-19) puts the backbone at 1.88 ms and the
-    # tower, lm_head and draws at 1.21 ms of a 3.09 ms frame, with ~half of all kernel time not streaming weights
-    # (docs/benchmarks.md, session 18's fit); overlapped, the step tends to the longer branch plus contention
-    impact={"cuda": 1.15},
+    # measured on an H100 (session 21, docs/benchmarks.md): 2.447 -> 1.879 ms per decoded drama3-mid frame
+    # (tests/gpu/test_gpu_pipelined_frames.py); at full size, with the code heads and the glue, 3.718 -> 2.938 ms
+    # per frame and 236.7-243.9 -> 294.5-301.2 frames/s on 200-frame streams (scripts/gpu_fast_check.py), of which
+    # the code heads and the glue are ~0.21 ms
+    impact={"cuda": 1.18},
     summary="run frame k+1's backbone, lm_head and main draw beside frame k's tower and code draws, as two "
             "branches of one CUDA graph: the backbone needs only frame k's main token, so each branch fills the "
             "other's launch gaps and latency-bound kernels",
     feature="codebook_mtp",
     devices=frozenset({"cuda"}),
+    proven=frozenset({"cuda"}),
     knobs=KNOBS,
     templates=("pipelined_frames",),
     apply=_apply,

@@ -75,16 +75,16 @@ def _apply(files: Files, params: Params) -> list[Patch]:
 
 triton_code_heads = Transform(
     name="triton_code_heads",
-    # an estimate, not a measurement: per code, the kept frame (session 19's profile) spent ~6.7 us in the cuBLAS
-    # head GEMV, ~15 us in the draw and ~6 us in four small kernels (cast, select, lookup, scale); the fused kernel
-    # reads 4.2 of the head's 16.8 MB (~3 us at the measured GEMV line) before its last program draws: ~0.15 ms of
-    # the 3.1 ms frame
-    impact={"cuda": 1.04},
+    # measured on an H100 (session 21, tests/gpu/test_gpu_triton_code_heads.py, docs/benchmarks.md): a frame's nine
+    # code steps as a CUDA graph took 0.196 ms against 0.325 for the chain they replace, 0.13 ms of the kept
+    # engine's 3.67 ms frame there
+    impact={"cuda": 1.035},
     summary="after each code-predicting tower layer, one Triton kernel: the head GEMV over the codec's codebook "
             "rows only (a quarter of the head), the code's draw by the last program, the teacher-force select and "
             "the next layer's code embedding, instead of ~6 kernels and a draw per code",
     feature="codebook_mtp",
     devices=frozenset({"cuda"}),
+    proven=frozenset({"cuda"}),
     knobs=KNOBS,
     templates=("triton_code_heads",),
     apply=_apply,

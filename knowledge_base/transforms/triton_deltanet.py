@@ -88,8 +88,5 @@ triton_deltanet = Transform(
            "a token); chunk_rows > 0 runs calls of that many tokens or more in the chunked (WY) form instead: "
            "every chunk's factors in parallel, then T / chunk_rows sequential steps of fp32 tile products. On "
            "the H200 at prompt sizes that form was 4x slower than the recurrent kernel (648 vs 165 us per layer "
-           "at 209 rows with chunk_rows 64): its tile products do not make up for the extra passes at T < 256. "
-           "The recurrent kernel's per-token operands (k, q, v, the output row) are 2-D in the state tile's layout: "
-           "as 1-D vectors each took a layout conversion through shared memory, 14 block barriers per token in the "
-           "sm_90 PTX with 2 warps, 4 now (session 20; scripts/gpu_delta_rule_bench.py times both kernels).",
+           "at 209 rows with chunk_rows 64): its tile products do not make up for the extra passes at T < 256.",
 )

@@ -67,7 +67,7 @@ triton_sampling = Transform(
     # trials see ~3/4
     impact={"cuda": 1.06},
     summary="draw the graphed frame's main token (both RAS races and the repeat check) and each residual code "
-            "with one Triton kernel: temperature, top-k and top-p by a search over float bit patterns (no sort), "
+            "with one Triton kernel: temperature, top-k and top-p by bisection over float bit patterns (no sort), "
             "softmax and the exponential race on noise hashed in the kernel (no noise table)",
     feature="sampling",
     devices=frozenset({"cuda"}),
@@ -81,8 +81,5 @@ triton_sampling = Transform(
     lesson="Seeded draws are unchanged (same hash noise, same filters; only float32 near-ties can differ). The "
            "torch draws were ~25 kernels for the main token (a sort of the 4097-wide head) and ~10 per code, "
            "each a few us even inside the graph, plus ~10 to hash the noise table every frame; the kernels are one "
-           "program per draw, so they pay by launch count, not bandwidth. By bisection (63 block reductions in a "
-           "row for a code's top-k and top-p) a code draw took ~15 us on the H200 (9 per frame, 4% of the kept "
-           "frame); the search now tests several cut-offs per block reduction (22 steps at 1024 logits and 4 "
-           "warps; session 20, scripts/gpu_renewal_bench.py times both kernels).",
+           "program per draw, ~65 block reductions of bisection each, so they pay by launch count, not bandwidth.",
 )

@@ -266,7 +266,8 @@ def test_on_the_h200_kept_engine_the_first_exploring_slot_leaps_over_the_proven_
     assert leap.title.startswith(offline.LEAP)
     assert set(leap.transforms) == {"inductor_decode_steps", "cuda_graph_codec", "triton_moe_fused", "triton_tower",
                                     "triton_sampling", "triton_backbone_attention", "graph_topk_sampling",
-                                    "triton_backbone_deltanet", "triton_moe_block", "codec_overlap", "inductor_codec"}
+                                    "triton_backbone_deltanet", "triton_moe_block", "codec_overlap", "inductor_codec",
+                                    "triton_code_heads", "triton_frame_glue", "pipelined_frames"}
     assert TRANSFORMS["triton_moe_fused"].label(fused) not in leap.title  # slower on this very parent
     tower = leap.transforms.index("triton_tower")
     assert tower < leap.transforms.index("triton_backbone_attention") and \
@@ -350,8 +351,8 @@ def test_a_lineage_with_stale_kernels_is_renewed_first_and_the_leap_carries_the_
 
     leap = propose(0)
     assert leap.title.startswith(offline.LEAP + RENEW + "triton_tower(version=")
-    assert leap.transforms == ["triton_tower", "triton_backbone_deltanet", "triton_moe_block", "inductor_codec",
-                               "codec_overlap"]
+    assert leap.transforms == ["triton_tower", "triton_backbone_deltanet", "triton_moe_block", "triton_code_heads",
+                               "inductor_codec", "triton_frame_glue", "pipelined_frames", "codec_overlap"]
     assert apply_edits(files, leap.edits)["triton_tower.py"] == today
     alone = propose(1)
     assert alone.title.startswith(RENEW) and alone.transforms == ["triton_tower"]
@@ -361,7 +362,8 @@ def test_a_lineage_with_stale_kernels_is_renewed_first_and_the_leap_carries_the_
     older = failed.model_copy(update={"summary": failed.summary.replace("version=", "version=0")})
     assert propose(1, [older]).title == alone.title
     # no renewal to stack: the leap is the proven transforms the lineage lacks
-    assert propose(0, [failed]).transforms == ["triton_backbone_deltanet", "triton_moe_block", "inductor_codec",
+    assert propose(0, [failed]).transforms == ["triton_backbone_deltanet", "triton_moe_block", "triton_code_heads",
+                                               "inductor_codec", "triton_frame_glue", "pipelined_frames",
                                                "codec_overlap"]
 
 

@@ -62,7 +62,7 @@ def test_applies_only_on_top_of_its_prerequisites_and_once():
         triton_code_heads.apply(graph, next(triton_code_heads.variants()))
     with pytest.raises(ValueError, match="power of two"):
         triton_code_heads.apply(base, next(triton_code_heads.variants()) | {"block_k": 384})
-    stale = base | {"triton_sampling.py": base["triton_sampling.py"].replace("def _search(", "def _older_search(")}
+    stale = base | {"triton_sampling.py": base["triton_sampling.py"] + "\n# a kernel file older than today's\n"}
     with pytest.raises(NotApplicable, match="renew triton_sampling first"):  # a lineage kept before today's race
         triton_code_heads.apply(stale, next(triton_code_heads.variants()))
 

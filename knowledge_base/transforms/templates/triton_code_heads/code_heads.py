@@ -18,7 +18,7 @@ import triton.language as tl
 from reference_runtime.api import SamplingParams
 
 from .code_heads_params import BLOCK_K, BLOCK_N, NUM_WARPS
-from .triton_sampling import _race, _race_args, _search
+from .triton_sampling import _race, _race_args
 from .triton_tower import _last
 
 
@@ -26,8 +26,7 @@ from .triton_tower import _last
 def _head_draw_kernel(x_ptr, w_ptr, logits_ptr, slot_ptr, use_ptr, force_ptr, code_ptr, table_ptr, scale_ptr, e_ptr,
                       ticket_ptr, valid_size, temperature, top_p, top_k, GREEDY: tl.constexpr,
                       HAS_TOP_K: tl.constexpr, HAS_TOP_P: tl.constexpr, PRECISE_LOG: tl.constexpr, NEXT: tl.constexpr,
-                      K: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BLOCK: tl.constexpr, WAYS: tl.constexpr,
-                      STEPS: tl.constexpr):
+                      K: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BLOCK: tl.constexpr):
     rows = tl.program_id(0) * BN + tl.arange(0, BN)
     acc = tl.zeros((BN, BK), tl.float32)  # reduced once after the last chunk, as triton_tower's residual GEMVs
     for c in tl.static_range(K // BK):
@@ -39,7 +38,7 @@ def _head_draw_kernel(x_ptr, w_ptr, logits_ptr, slot_ptr, use_ptr, force_ptr, co
         offs = tl.arange(0, BLOCK)
         logits = tl.load(logits_ptr + offs, mask=offs < valid_size, other=float("-inf"), cache_modifier=".cg")
         drawn = _race(logits, offs, slot_ptr, temperature, top_p, top_k, GREEDY, HAS_TOP_K, HAS_TOP_P, False,
-                      PRECISE_LOG, BLOCK, WAYS, STEPS)
+                      PRECISE_LOG, BLOCK)
         code = tl.where(tl.load(use_ptr) != 0, tl.load(force_ptr), drawn.to(tl.int64))
         tl.store(code_ptr, code)
         if NEXT:
@@ -83,5 +82,5 @@ class CodeHeads:
         _head_draw_kernel[(valid // self.bn,)](
             x, self.heads[k - 1], self.logits[k - 1], slot, use, force, code, table, scale, self.e, self.ticket, valid,
             *args, *flags, x.is_cuda, next_table is not None, x.shape[-1], self.bn, self.bk, block,
-            *_search(block, NUM_WARPS), num_warps=NUM_WARPS)
+            num_warps=NUM_WARPS)
         return code

@@ -34,14 +34,9 @@ CHUNK_BLOCK, CHUNK_WARPS = 32, 8
 def _delta_rule_kernel(q_ptr, k_ptr, v_ptr, beta_ptr, g_ptr, state_ptr, o_ptr, valid_ptr, T, NV: tl.constexpr,
                        DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr, HAS_VALID: tl.constexpr):
     head = tl.program_id(0)
-    # Every per-token operand is 2-D in the state tile's shape: k and q as (DK, BV) broadcast loads (L1 hits),
-    # v and the outputs as (1, BV) rows, the reductions with keep_dims. 1-D vectors put k, q, v and the output in
-    # layouts of their own, and converting them to the tile's went through shared memory: 14 block barriers per
-    # token with 2 warps (sm_90 PTX), against 4 now; the compiler then also keeps the key dim within a warp, so
-    # both reductions are warp shuffles.
-    keys = tl.arange(0, DK)[:, None] + tl.zeros((1, BV), tl.int32)
-    values = tl.program_id(1) * BV + tl.arange(0, BV)[None, :]
-    tile = state_ptr + head * DK * DV + keys * DV + values
+    keys = tl.arange(0, DK)
+    values = tl.program_id(1) * BV + tl.arange(0, BV)
+    tile = state_ptr + head * DK * DV + keys[:, None] * DV + values[None, :]
     s = tl.load(tile)
     n = T
     if HAS_VALID:
@@ -59,9 +54,9 @@ def _delta_rule_kernel(q_ptr, k_ptr, v_ptr, beta_ptr, g_ptr, state_ptr, o_ptr, v
         v_next, beta_next = tl.load(v_ptr + ahead * DV + values), tl.load(beta_ptr + ahead)
         g_next = tl.load(g_ptr + ahead)
         s *= tl.exp(g)
-        delta = (v - tl.sum(s * k, axis=0, keep_dims=True)) * beta
-        s += k * delta
-        tl.store(o_ptr + row * DV + values, tl.sum(s * q, axis=0, keep_dims=True))
+        delta = (v - tl.sum(s * k[:, None], axis=0)) * beta
+        s += k[:, None] * delta[None, :]
+        tl.store(o_ptr + row * DV + values, tl.sum(s * q[:, None], axis=0))
         k, q, v, beta, g, row = k_next, q_next, v_next, beta_next, g_next, ahead
         t += 1
     tl.store(tile, s)

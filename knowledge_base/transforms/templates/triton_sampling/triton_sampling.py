@@ -3,10 +3,8 @@ top-k, the top-p nucleus, softmax, the exponential race and the argmax, with Noi
 kernel from (seed, position, index), so no noise tensor is written and no host sync happens. draw_main's two
 races and its repeat check are one kernel; its RAS race runs only when the first draw repeats a recent token.
 
-Without a sort: the k-th largest logit and the nucleus's probability cut-off are found by a search over the
-ordered bit patterns of the float32 values that tests WAYS - 1 cut-offs at once per step (one block reduction of a
-(WAYS, BLOCK) tile), so it takes ceil(32 / log2(WAYS)) steps where bisection took 32 and 31: each step waits on a
-reduction across the block, and those waits made a code draw ~15 us on the H200. A value's standing
+Without a sort: the k-th largest logit and the nucleus's probability cut-off are found by bisection over the
+ordered bit patterns of the float32 values (32 and 31 steps of one block reduction each). A value's standing
 then depends on the values only, never on a sort order: ties at the k-th logit all stay in (as in
 sampling.filter_logits), and tokens of equal probability at the nucleus's edge are kept or dropped together
 (torch's sort order decides there). Argmaxes take the first index of the maximum, as torch.argmax does.
@@ -14,8 +12,6 @@ Softmax sums and the nucleus's mass are reduced in another order than torch's, s
 decode_sampling.race only where two scores or the mass and top_p agree to float32 rounding.
 """
 from __future__ import annotations
-
-import math
 
 import torch
 import triton
@@ -59,26 +55,23 @@ def _first_max(x, offs, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _kth_largest(x, k, WAYS: tl.constexpr, STEPS: tl.constexpr):
+def _kth_largest(x, k):
     """The k-th largest entry's order key: the largest t with at least k keys >= t. Keys are the float32 bits
     made signed-monotone (-0.0 added to +0.0 first, so equal floats get equal keys)."""
     bits = (x + 0.0).to(tl.int32, bitcast=True)
     keys = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
-    lo = tl.min(keys, 0).to(tl.int64)  # passes: every key is >= it, and k <= the row's width
+    lo = tl.min(keys, 0).to(tl.int64)
     hi = tl.max(keys, 0).to(tl.int64)
-    ways = tl.arange(0, WAYS).to(tl.int64)
-    for _ in range(STEPS):  # the answer stays in [lo, hi], which shrinks to at most ceil(size / WAYS) per step
-        step = (hi - lo) // WAYS + 1
-        enough = tl.sum((keys[None, :] >= (lo + ways * step)[:, None]).to(tl.int32), 1) >= k
-        passing = tl.sum(enough.to(tl.int64), 0)  # a prefix of the cuts, lo's at least
-        hi = tl.minimum(hi, lo + passing * step - 1)
-        lo += (passing - 1) * step
+    for _ in range(32):  # the keys span < 2^32
+        mid = hi - (hi - lo) // 2
+        enough = tl.sum((keys >= mid).to(tl.int32), 0) >= k
+        lo = tl.where(enough, mid, lo)
+        hi = tl.where(enough, hi, mid - 1)
     return keys >= lo
 
 
 @triton.jit
-def _nucleus(p, offs, top_p, KEEP_CROSSING: tl.constexpr, BLOCK: tl.constexpr, WAYS: tl.constexpr,
-             STEPS: tl.constexpr):
+def _nucleus(p, offs, top_p, KEEP_CROSSING: tl.constexpr, BLOCK: tl.constexpr):
     """Which probabilities stay in the top-p nucleus. keep_crossing: those whose strictly likelier entries hold
     less than top_p; otherwise those whose at-least-as-likely entries hold at most top_p, and the most likely.
     Either set is every p at or above a cut-off, the least bit pattern t passing the test (p >= 0, so the bits
@@ -88,17 +81,14 @@ def _nucleus(p, offs, top_p, KEEP_CROSSING: tl.constexpr, BLOCK: tl.constexpr, W
     hi = tl.max(bits, 0).to(tl.int64)  # passes: nothing lies above it (at or above it, +1 without keep_crossing)
     if not KEEP_CROSSING:
         hi += 1
-    ways = tl.arange(0, WAYS).to(tl.int64)
-    for _ in range(STEPS):  # the least passing cut-off stays in [lo, hi]
-        step = (hi - lo) // WAYS + 1
-        cuts = lo + ways * step
+    for _ in range(31):  # p <= 1.0, whose bits are < 2^30
+        mid = lo + (hi - lo) // 2
         if KEEP_CROSSING:
-            passes = tl.sum(tl.where(bits[None, :] > cuts[:, None], p[None, :], 0.0), 1) < top_p
+            passes = tl.sum(tl.where(bits > mid, p, 0.0), 0) < top_p
         else:
-            passes = tl.sum(tl.where(bits[None, :] >= cuts[:, None], p[None, :], 0.0), 1) <= top_p
-        failing = tl.sum((~passes).to(tl.int64), 0)  # a prefix of the cuts
-        hi = tl.where(failing < WAYS, tl.minimum(hi, lo + failing * step), hi)
-        lo = tl.where(failing > 0, lo + (failing - 1) * step + 1, lo)
+            passes = tl.sum(tl.where(bits >= mid, p, 0.0), 0) <= top_p
+        hi = tl.where(passes, mid, hi)
+        lo = tl.where(passes, lo, mid + 1)
     kept = bits >= lo
     if not KEEP_CROSSING:
         kept |= offs == _first_max(p, offs, BLOCK)
@@ -107,8 +97,7 @@ def _nucleus(p, offs, top_p, KEEP_CROSSING: tl.constexpr, BLOCK: tl.constexpr, W
 
 @triton.jit
 def _race(x, offs, slot_ptr, temperature, top_p, top_k, GREEDY: tl.constexpr, HAS_TOP_K: tl.constexpr,
-          HAS_TOP_P: tl.constexpr, KEEP_CROSSING: tl.constexpr, PRECISE_LOG: tl.constexpr, BLOCK: tl.constexpr,
-          WAYS: tl.constexpr, STEPS: tl.constexpr):
+          HAS_TOP_P: tl.constexpr, KEEP_CROSSING: tl.constexpr, PRECISE_LOG: tl.constexpr, BLOCK: tl.constexpr):
     """decode_sampling.race over a row held as x (-inf past its width): the drawn index (int32)."""
     if GREEDY:
         index = _first_max(x, offs, BLOCK)
@@ -118,11 +107,11 @@ def _race(x, offs, slot_ptr, temperature, top_p, top_k, GREEDY: tl.constexpr, HA
         x = x / tl.cast(temperature, tl.float32)
         top_p = tl.cast(top_p, tl.float32)
         if HAS_TOP_K:
-            x = tl.where(_kth_largest(x, top_k, WAYS, STEPS), x, float("-inf"))
+            x = tl.where(_kth_largest(x, top_k), x, float("-inf"))
         e = tl.exp(x - tl.max(x, 0))
         p = e / tl.sum(e, 0)
         if HAS_TOP_P:
-            e = tl.where(_nucleus(p, offs, top_p, KEEP_CROSSING, BLOCK, WAYS, STEPS), e, 0.0)
+            e = tl.where(_nucleus(p, offs, top_p, KEEP_CROSSING, BLOCK), e, 0.0)
             p = e / tl.sum(e, 0)
         index = _first_max(p / _noise(slot_ptr, offs, PRECISE_LOG), offs, BLOCK)
     return index
@@ -133,36 +122,29 @@ def _draw_main_kernel(logits_ptr, recent_ptr, main_noise_ptr, ras_noise_ptr, out
                       ras_temperature, ras_top_p, ras_top_k, GREEDY: tl.constexpr, HAS_TOP_K: tl.constexpr,
                       HAS_TOP_P: tl.constexpr, RAS_GREEDY: tl.constexpr, RAS_HAS_TOP_K: tl.constexpr,
                       RAS_HAS_TOP_P: tl.constexpr, WINDOW: tl.constexpr, WINDOW_BLOCK: tl.constexpr,
-                      PRECISE_LOG: tl.constexpr, BLOCK: tl.constexpr, WAYS: tl.constexpr, STEPS: tl.constexpr):
+                      PRECISE_LOG: tl.constexpr, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     x = tl.load(logits_ptr + offs, mask=offs < width, other=float("-inf"))
     index = _race(x, offs, main_noise_ptr, temperature, top_p, top_k, GREEDY, HAS_TOP_K, HAS_TOP_P, True,
-                  PRECISE_LOG, BLOCK, WAYS, STEPS)
+                  PRECISE_LOG, BLOCK)
     if WINDOW > 0:
         slots = tl.arange(0, WINDOW_BLOCK)
         recent = tl.load(recent_ptr + slots, mask=slots < WINDOW, other=-1)
         if (index != 0) & (tl.max((recent == index).to(tl.int32), 0) > 0):
             index = _race(x, offs, ras_noise_ptr, ras_temperature, ras_top_p, ras_top_k, RAS_GREEDY,
-                          RAS_HAS_TOP_K, RAS_HAS_TOP_P, True, PRECISE_LOG, BLOCK, WAYS, STEPS)
+                          RAS_HAS_TOP_K, RAS_HAS_TOP_P, True, PRECISE_LOG, BLOCK)
     tl.store(out_ptr, index.to(tl.int64))
 
 
 @triton.jit
 def _draw_code_kernel(logits_ptr, noise_ptr, out_ptr, valid_size, temperature, top_p, top_k, GREEDY: tl.constexpr,
                       HAS_TOP_K: tl.constexpr, HAS_TOP_P: tl.constexpr, PRECISE_LOG: tl.constexpr,
-                      BLOCK: tl.constexpr, WAYS: tl.constexpr, STEPS: tl.constexpr):
+                      BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     x = tl.load(logits_ptr + offs, mask=offs < valid_size, other=float("-inf"))
     index = _race(x, offs, noise_ptr, temperature, top_p, top_k, GREEDY, HAS_TOP_K, HAS_TOP_P, False, PRECISE_LOG,
-                  BLOCK, WAYS, STEPS)
+                  BLOCK)
     tl.store(out_ptr, index.to(tl.int64))
-
-
-def _search(block: int, warps: int) -> tuple[int, int]:
-    """(WAYS, STEPS) of the cut-off searches: as many cuts per step as keep the (WAYS, BLOCK) tile at 64 values a
-    thread (more spill registers), and the steps that shrink a 2^32-wide range to one cut-off."""
-    ways = max(2, min(16, 64 * 32 * warps // block))
-    return ways, math.ceil(32 / math.log2(ways))
 
 
 def _race_args(temperature: float, top_p: float, top_k: int, width: int) -> tuple[tuple, tuple]:
@@ -176,13 +158,12 @@ def triton_draw_main(logits: torch.Tensor, params: SamplingParams, recent: torch
     """decode_sampling.draw_main: (1 + codebook_size,) float32 logits -> 0-d int64 index. `noise` holds
     (seed, position, first index) per slot; `main` and `ras` are the two races' slots."""
     width = logits.shape[-1]
-    block = triton.next_power_of_2(width)
     first, first_flags = _race_args(params.temperature, params.top_p, params.top_k, width)
     ras_args, ras_flags = _race_args(params.ras_temperature, params.ras_top_p, params.ras_top_k, width)
     out = torch.empty(1, dtype=torch.int64, device=logits.device)
     _draw_main_kernel[(1,)](logits.contiguous(), recent, noise[main], noise[ras], out, width, *first, *ras_args,
                             *first_flags, *ras_flags, recent.numel(), triton.next_power_of_2(max(1, recent.numel())),
-                            logits.is_cuda, block, *_search(block, MAIN_WARPS), num_warps=MAIN_WARPS)
+                            logits.is_cuda, triton.next_power_of_2(width), num_warps=MAIN_WARPS)
     return out[0]
 
 
@@ -193,7 +174,6 @@ def triton_draw_code(logits: torch.Tensor, params: SamplingParams, valid_size: i
     top_k = min(params.code_top_k, valid_size) if params.code_top_k > 0 else valid_size
     args, flags = _race_args(params.code_temperature, params.code_top_p, top_k, valid_size)
     out = torch.empty(1, dtype=torch.int64, device=logits.device)
-    block = triton.next_power_of_2(valid_size)
-    _draw_code_kernel[(1,)](logits.contiguous(), noise, out, valid_size, *args, *flags, logits.is_cuda, block,
-                            *_search(block, CODE_WARPS), num_warps=CODE_WARPS)
+    _draw_code_kernel[(1,)](logits.contiguous(), noise, out, valid_size, *args, *flags, logits.is_cuda,
+                            triton.next_power_of_2(valid_size), num_warps=CODE_WARPS)
     return out[0]
