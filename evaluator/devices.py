@@ -46,3 +46,22 @@ def _physical(index: int, judge_visible: str | None) -> str:
         raise ValueError(f"GPU index {index} is not among the judge's CUDA_VISIBLE_DEVICES={judge_visible!r}; "
                          "lower the target's GPU indices or widen CUDA_VISIBLE_DEVICES")
     return entries[index]
+
+
+def gpu_mismatch(hardware: HardwareSpec, reported: str) -> str | None:
+    """Why a worker's reported hardware (its generation device's name first) is not the GPU kind the target
+    names, or None. Kept engines and their figures are recorded under the target's kind: an H100 timed as "h200"
+    would seed later H200 runs with another GPU's baseline. Names compare without case, spaces or dashes ("h200"
+    is in "NVIDIA H200")."""
+    if hardware.device != "cuda" or not hardware.gpu:
+        return None
+    generation = reported.split(" + codec on ")[0]
+    if _squeezed(hardware.gpu) in _squeezed(generation):
+        return None
+    return (f"the target names gpu {hardware.gpu!r} but the engines run on {generation!r}: run it on that GPU, or "
+            f"set hardware.gpu to this one's kind in the target (figures are kept under that name)")
+
+
+def _squeezed(name: str) -> str:
+    return name.lower().replace(" ", "").replace("-", "")
+

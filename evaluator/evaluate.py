@@ -22,6 +22,7 @@ from targets.schema import Target
 from . import static_scan
 from .benchmark import AUDITED_TRIALS, Benchmark, Trial, audit, bench_result, first_audio_gain, paired
 from .compile_cache import CompileCache
+from .devices import gpu_mismatch
 from .correctness import AudioLevel, Cascade
 from .inputs import held_out_requests, trial_request
 from .profiling import PROFILE_FRAMES, PROFILE_S, profile_engine
@@ -52,7 +53,7 @@ def calibrate_noise(baseline_dir: Path, target: Target, *, work_dir: Path, gpu_i
         deadline = Deadline.after(target.timeouts.build_s, "build")
         a, b = pool.start("baseline_a", Path(baseline_dir)), pool.start("baseline_b", Path(baseline_dir))
         for worker in (a, b):  # both build at once: builds are not timed
-            _trusted(worker.ready, deadline)
+            _same_gpu(target, _trusted(worker.ready, deadline))
         deadline = Deadline.after(target.timeouts.benchmark_s, "benchmark")
         level = _trusted(_level, pool, a, target, rng, deadline)
         trials = _trusted(Benchmark(pool, a, b, target, rng, level).run, deadline)
@@ -147,6 +148,7 @@ class _Evaluation:
                 _trusted(baseline.ready, deadline)
                 self._baseline_worker = baseline
             oracle_ready = _trusted(self.pool.use(oracle).ready, deadline)
+            _same_gpu(self.target, oracle_ready)
         if self.ready.fingerprint != oracle_ready.fingerprint:
             raise Rejected(Status.MISMATCH, [Evidence(check="weights", message=(
                 f"weights fingerprint {self.ready.fingerprint} differs from the oracle's {oracle_ready.fingerprint}"))])
@@ -225,6 +227,12 @@ class _Evaluation:
         status, summary = decide(comparison, self.target.benchmark.max_plausible_speedup)
         return status, summary, {"candidate_bench": results["candidate"], "baseline_bench": results["baseline"],
                                  "comparison": comparison}
+
+
+def _same_gpu(target: Target, ready: Ready) -> None:
+    """A trusted engine's device is the target's GPU kind, or the evaluation stops before anything is timed."""
+    if (why := gpu_mismatch(target.hardware, ready.hardware)) is not None:
+        raise EvaluatorError(why)
 
 
 def _trusted(call, *args):

@@ -1,6 +1,7 @@
 """Where a worker's engine runs: the target's generation_gpu / codec_gpu and the evaluation's device slot become
 the worker's CUDA_VISIBLE_DEVICES and device names (local slots, a narrowed judge, Ray tasks), the schema refuses
-impossible placements, and the worker hands codec_device to build_engine only when the target sets one."""
+impossible placements, the worker hands codec_device to build_engine only when the target sets one, and a worker
+on another GPU kind than the target names is refused."""
 from __future__ import annotations
 
 import itertools
@@ -11,7 +12,7 @@ import torch
 from pydantic import ValidationError
 
 from evaluator.channel import WorkerInit
-from evaluator.devices import WorkerDevices, worker_devices
+from evaluator.devices import WorkerDevices, gpu_mismatch, worker_devices
 from evaluator.sandbox import REPO_ROOT
 from evaluator.worker import _build
 from swarm.ray_executor import task_target
@@ -110,3 +111,14 @@ def test_the_worker_passes_codec_device_only_when_the_target_sets_it(tmp_path, m
     assert placed.built_with == {"codec_device": cpu} and placed.codec_stage.device == cpu
     legacy, _ = _build(_init(_package(tmp_path, False), None), str(tmp_path), (cpu,))  # predates codec_device
     assert legacy.built_with == {}
+
+
+def test_a_worker_on_another_gpu_kind_than_the_targets_is_named_before_anything_is_timed():
+    h200 = HardwareSpec(device="cuda", gpu="h200")
+    assert gpu_mismatch(h200, "NVIDIA H200") is None
+    assert gpu_mismatch(h200, "NVIDIA H200 + codec on NVIDIA H100 80GB HBM3") is None  # the generation GPU counts
+    why = gpu_mismatch(h200, "NVIDIA H100 80GB HBM3")
+    assert why is not None and "'h200'" in why and "NVIDIA H100 80GB HBM3" in why and "hardware.gpu" in why
+    assert gpu_mismatch(HardwareSpec(device="cuda", gpu="a100"), "NVIDIA A100-SXM4-80GB") is None
+    assert gpu_mismatch(HardwareSpec(device="cuda"), "NVIDIA H100 80GB HBM3") is None  # no kind named
+    assert gpu_mismatch(HardwareSpec(device="cpu"), "x86_64 cpu, 2 threads") is None
