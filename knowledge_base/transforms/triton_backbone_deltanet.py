@@ -26,9 +26,7 @@ KNOBS = Knobs("triton_deltanet_step_params.py", "triton_backbone_deltanet", {
 def _apply(files: Files, params: Params) -> list[Patch]:
     if "triton_tower.py" not in files:  # norm_gemv and the GEMV helpers are imported from there
         raise NotApplicable("triton_backbone_deltanet: apply triton_tower first")
-    sizes = {name: int(params[name]) for name in KNOBS.notes}
-    if any(n < 1 or n & (n - 1) for n in sizes.values()):
-        raise ValueError(f"triton_backbone_deltanet: every parameter must be a power of two, got {sizes}")
+    sizes = KNOBS.powers_of_two(params)
     return [
         *template_files(files, "triton_backbone_deltanet"),
         KNOBS.patch(sizes),

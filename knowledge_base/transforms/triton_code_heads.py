@@ -35,9 +35,7 @@ def _apply(files: Files, params: Params) -> list[Patch]:
         raise NotApplicable(f"triton_code_heads: apply {' and '.join(missing)} first")
     if files["triton_sampling.py"] != (TEMPLATES / "triton_sampling" / "triton_sampling.py").read_text():
         raise NotApplicable("triton_code_heads: renew triton_sampling first (the kernel calls today's race)")
-    sizes = {name: int(params[name]) for name in KNOBS.notes}
-    if any(n < 1 or n & (n - 1) for n in sizes.values()):
-        raise ValueError(f"triton_code_heads: every parameter must be a power of two, got {sizes}")
+    sizes = KNOBS.powers_of_two(params)
     return [
         *template_files(files, "triton_code_heads"),
         KNOBS.patch(sizes),

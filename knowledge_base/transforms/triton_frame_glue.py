@@ -34,9 +34,7 @@ KNOBS = Knobs("frame_glue_params.py", "triton_frame_glue", {
 def _apply(files: Files, params: Params) -> list[Patch]:
     if "code_heads.py" not in files:  # the finish kernel reads the codes from code_heads' buffer
         raise NotApplicable("triton_frame_glue: apply triton_code_heads first")
-    sizes = {name: int(params[name]) for name in KNOBS.notes}
-    if any(n < 1 or n & (n - 1) for n in sizes.values()):
-        raise ValueError(f"triton_frame_glue: every parameter must be a power of two, got {sizes}")
+    sizes = KNOBS.powers_of_two(params)
     return [
         *template_files(files, "triton_frame_glue"),
         KNOBS.patch(sizes),

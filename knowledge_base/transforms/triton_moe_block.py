@@ -27,9 +27,7 @@ KNOBS = Knobs("moe_block_params.py", "triton_moe_block", {
 
 
 def _apply(files: Files, params: Params) -> list[Patch]:
-    sizes = {name: int(params[name]) for name in KNOBS.notes}
-    if any(v < 1 or v & (v - 1) for v in sizes.values()):
-        raise ValueError(f"triton_moe_block: every parameter must be a power of two, got {sizes}")
+    sizes = KNOBS.powers_of_two(params)
     for kernels, by in (("def _attention_kernels(", "triton_backbone_attention"),
                         ("def _deltanet_kernels(", "triton_backbone_deltanet")):
         if kernels not in files.get(STEP, ""):  # the layer loop calls the mixers' kernels directly

@@ -23,9 +23,7 @@ KNOBS = Knobs("fused_moe_params.py", "triton_moe_fused", {
 
 
 def _apply(files: Files, params: Params) -> list[Patch]:
-    sizes = {name: int(params[name]) for name in KNOBS.notes}
-    if any(v < 1 or v & (v - 1) for v in sizes.values()):
-        raise ValueError(f"triton_moe_fused: every parameter must be a power of two, got {sizes}")
+    sizes = KNOBS.powers_of_two(params)
     return [
         *template_files(files, "triton_moe_fused"), *template_files(files, "fp8_triton"),
         KNOBS.patch(sizes),

@@ -40,9 +40,7 @@ KNOBS = Knobs("triton_sampling_params.py", "triton_sampling", {
 
 
 def _apply(files: Files, params: Params) -> list[Patch]:
-    warps = {name: int(params[name]) for name in KNOBS.notes}
-    if any(w < 1 or w & (w - 1) for w in warps.values()):
-        raise ValueError(f"triton_sampling: warps must be powers of two, got {warps}")
+    warps = KNOBS.powers_of_two(params)
     return [
         *template_files(files, "triton_sampling"),
         KNOBS.patch(warps),
