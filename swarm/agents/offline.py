@@ -67,8 +67,8 @@ class OfflineAgent:
     def propose(self, context: ProposalContext) -> Proposal:
         ranking = _ranking(context)
         banned = _banned_text(context)
-        good = [t for t, score in ranking if score > 0]
-        worked = [t for t, score in ranking if score == 2]
+        good = [t for t, score, _ in ranking if score > 0]
+        worked = [t for t, score, _ in ranking if score == 2]
         exploit = _stack(good, context.parent_files, banned)
         if [c for c in exploit if c.transform not in worked] and _tried(_title(exploit), context):
             exploit = []  # this exact stack (or lone promising transform) was measured here already: explore instead
@@ -159,15 +159,14 @@ def _reach(transform: Transform, context: ProposalContext, lineage: frozenset[st
     return _prior(transform, context) * best
 
 
-def _explore_options(context: ProposalContext, ranking: list[tuple[Transform, int]],
+def _explore_options(context: ProposalContext, ranking: list[tuple[Transform, int, float]],
                      renewals: list[_Choice]) -> list[Transform | _Choice]:
     """What the exploring slots take in turn: renewals, then untried transforms by prior (all of them if none is
     untried), with the retunes of the lineage's transforms before those whose prior, with what they make
     applicable, is under RETUNE_PRIOR."""
-    fresh = [t for t, score in ranking if score == 0] or [t for t, _ in ranking]
-    lineage = frozenset(context.applied_transforms)
-    above = [t for t in fresh if _reach(t, context, lineage, context.parent_files) >= RETUNE_PRIOR]
-    return renewals + above + _retunes(context) + [t for t in fresh if t not in above]
+    fresh = [(t, reach) for t, score, reach in ranking if score == 0] or [(t, reach) for t, _, reach in ranking]
+    above = [t for t, reach in fresh if reach >= RETUNE_PRIOR]
+    return renewals + above + _retunes(context) + [t for t, _ in fresh if t not in above]
 
 
 def _lineage(context: ProposalContext) -> list[Transform]:
@@ -225,10 +224,10 @@ def _retunes(context: ProposalContext) -> list[_Choice]:
     return sorted(found, key=lambda c: -profiled_ms[c.transform.name])  # stable: ties keep the prior order
 
 
-def _ranking(context: ProposalContext) -> list[tuple[Transform, int]]:
-    """Eligible transforms with their scores (worked 2, promising 1, untried 0, failed -1), best first; within a
-    score, highest prior on the context's device (with what each makes applicable, _reach) first, equal priors
-    shuffled by the iteration."""
+def _ranking(context: ProposalContext) -> list[tuple[Transform, int, float]]:
+    """Eligible transforms with their scores (worked 2, promising 1, untried 0, failed -1) and reaches (_reach),
+    best first; within a score, highest reach on the context's device first, equal reaches shuffled by the
+    iteration."""
     lineage = frozenset(context.applied_transforms)
     failed = _failed_text(context)
     worked = " ".join(x.summary for x in _member_lessons(context) if x.outcome == "worked")
@@ -237,12 +236,11 @@ def _ranking(context: ProposalContext) -> list[tuple[Transform, int]]:
               for t in TRANSFORMS.values()
               if context.device in t.devices and t.name not in lineage and set(t.requires) <= lineage]
     rng = random.Random(f"offline:{context.iteration}")
-    ranking: list[tuple[Transform, int]] = []
+    ranking: list[tuple[Transform, int, float]] = []
     for score in sorted({s for _, s in scored}, reverse=True):
-        tier = [(t, s) for t, s in scored if s == score]
+        tier = [(t, s, _reach(t, context, lineage, context.parent_files)) for t, s in scored if s == score]
         rng.shuffle(tier)
-        reach = {t.name: _reach(t, context, lineage, context.parent_files) for t, _ in tier}
-        ranking += sorted(tier, key=lambda ts: -reach[ts[0].name])  # stable: equal ones keep the shuffle
+        ranking += sorted(tier, key=lambda tsr: -tsr[2])  # stable: equal reaches keep the shuffle
     return ranking
 
 
