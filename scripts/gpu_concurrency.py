@@ -1,6 +1,7 @@
 """Streams served at once on one GPU by instances of one engine, side by side with one stream alone:
 
     python3 scripts/gpu_concurrency.py --out conc.json --kept best --streams 1,4,16 [--frames 200 --trials 3]
+    python3 scripts/gpu_concurrency.py --out conc.json --kept best --kept-plus triton_code_heads,pipelined_frames
     python3 scripts/gpu_concurrency.py --out conc.json --recipe proven --streams 1,4
     dry run: --device cpu --config drama3-tiny --recipe reference --streams 1,2 --frames 3
 
@@ -33,7 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 
-from gpu_fast_check import RECIPES, import_package, kept_engine, package_root, recipe_files, release  # noqa: E402
+from gpu_fast_check import RECIPES, import_package, kept_engine, package_root, plus_files, recipe_files, release  # noqa: E402
 
 from reference_runtime.api import StreamSchedule, TTSRequest  # noqa: E402
 from reference_runtime.bench import bench_requests  # noqa: E402
@@ -125,6 +126,8 @@ def main() -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--kept", help="a kept engine of $SWARM_HOME's knowledge base: an id or 'best'")
     source.add_argument("--recipe", help=f"'reference' or a transform recipe of gpu_fast_check.py: {sorted(RECIPES)}")
+    parser.add_argument("--kept-plus", default="",
+                        help="with --kept, these applied on top, comma-separated, as gpu_fast_check.py's --kept-plus")
     parser.add_argument("--streams", default="1,4,16", help="concurrent stream counts, comma-separated")
     parser.add_argument("--prompt", default="sentences", help="benchmark prompt every stream speaks")
     parser.add_argument("--frames", type=int, default=200, help="frames per stream")
@@ -139,9 +142,14 @@ def main() -> None:
         sys.exit("no CUDA device: pass --device cpu --config drama3-tiny for a dry run")
     if args.recipe is not None and args.recipe != "reference" and args.recipe not in RECIPES:
         sys.exit(f"unknown recipe {args.recipe!r} (known: reference, {', '.join(sorted(RECIPES))})")
+    if args.kept_plus and not args.kept:
+        sys.exit("--kept-plus needs --kept")
     config, device = get_config(args.config), torch.device(args.device)
     title, files = kept_engine(args.kept, config.name) if args.kept else \
         (args.recipe, recipe_files(RECIPES.get(args.recipe, ())))
+    plus = [p for p in args.kept_plus.split(",") if p]
+    if plus:
+        title, files = f"{title} + {' + '.join(plus)}", plus_files(files, plus)
     pkg = import_package(files, package_root("concurrency_"), "concurrency_engine")
     weights = init_weights(config, seed=0, device=device)
     engines = build_instances(pkg, config, weights, device, counts[-1])

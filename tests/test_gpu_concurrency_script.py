@@ -27,3 +27,10 @@ def test_an_unknown_recipe_is_named(tmp_path):
     done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path / "x.json"), "--recipe", "nope",
                            "--device", "cpu", "--config", "drama3-tiny"], capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and "unknown recipe 'nope'" in done.stderr
+
+
+def test_kept_plus_asks_for_a_kept_engine(tmp_path):
+    done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path / "x.json"), "--recipe", "reference",
+                           "--kept-plus", "triton_code_heads", "--device", "cpu", "--config", "drama3-tiny"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "--kept-plus needs --kept" in done.stderr
