@@ -8,12 +8,11 @@ the timing run in tests/gpu/."""
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import os
 
 import pytest
 import torch
-from test_cuda_graphs import REFERENCE, assert_applies_once_on_top_of, load, transformed
+from test_cuda_graphs import REFERENCE, assert_applies_once_on_top_of, load, transformed, use_torch_tower_layers
 
 from candidates.repo import engine_files
 from knowledge_base.transforms import NotApplicable
@@ -38,13 +37,10 @@ PREREQUISITES = [cuda_graph_frame, triton_tower, triton_sampling, triton_code_he
 
 @pytest.fixture(scope="module")
 def packages(tmp_path_factory):
-    """(the prerequisites alone, with pipelined_frames), their tower layers the torch step: triton_tower's kernels
-    are checked by interpret_triton_tower.py, and interpreted here they would take most of the time."""
+    """(the prerequisites alone, with pipelined_frames), their tower layers the torch step (use_torch_tower_layers)."""
     root, base = tmp_path_factory.mktemp("pkg"), transformed(engine_files(REFERENCE), PREREQUISITES)
-    graph = load(transformed(engine_files(REFERENCE), [cuda_graph_frame]), root)
     pkgs = load(base, root), load(transformed(base, [pipelined_frames]), root)
-    for pkg in pkgs:
-        importlib.import_module(f"{pkg.__name__}.decode_step").tower_layer = graph.decode_tower.tower_layer_decode
+    use_torch_tower_layers(pkgs, root)
     return pkgs
 
 

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from interpret_triton_moe_fused import _proposer_order
 from interpret_triton_tower import cuda_like_bf16  # noqa: F401 (an autouse fixture: bf16 as on CUDA)
-from test_cuda_graphs import REFERENCE, assert_applies_once_on_top_of, load, transformed
+from test_cuda_graphs import REFERENCE, assert_applies_once_on_top_of, load, transformed, use_torch_tower_layers
 
 from candidates.repo import engine_files
 from knowledge_base.transforms import TRANSFORMS, NotApplicable
@@ -124,18 +124,9 @@ def test_params_module_holds_the_first_variant(packages):
         next(triton_code_heads.variants())
 
 
-def _torch_tower(pkg, base, monkeypatch) -> None:
-    """The tower layers as the torch step: their kernels are triton_tower's (interpret_triton_tower.py), and
-    interpreted they would take most of this test's time."""
-    step = importlib.import_module(f"{pkg.__name__}.decode_step")
-    monkeypatch.setattr(step, "tower_layer", base.decode_tower.tower_layer_decode)
-
-
 def test_engine_matches_the_reference_and_draws_as_without_it(packages, tmp_path, monkeypatch):
     base, fast = packages
-    graph = load(transformed(engine_files(REFERENCE), [cuda_graph_frame]), tmp_path)
-    for pkg in packages:
-        _torch_tower(pkg, graph, monkeypatch)
+    use_torch_tower_layers(packages, tmp_path, monkeypatch.setattr)
     kernels = importlib.import_module(f"{fast.__name__}.code_heads")
     original, calls = kernels._head_draw_kernel, []
 

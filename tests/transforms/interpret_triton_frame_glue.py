@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from interpret_triton_tower import cuda_like_bf16  # noqa: F401 (an autouse fixture: bf16 as on CUDA)
-from test_cuda_graphs import REFERENCE, assert_applies_once_on_top_of, load, transformed
+from test_cuda_graphs import REFERENCE, assert_applies_once_on_top_of, load, transformed, use_torch_tower_layers
 
 from candidates.repo import engine_files
 from knowledge_base.transforms import NotApplicable
@@ -127,10 +127,7 @@ def test_params_module_holds_the_first_variant(packages):
 
 def test_engine_matches_the_reference_and_draws_as_without_it(packages, tmp_path, monkeypatch):
     base, fast = packages
-    graph = load(transformed(engine_files(REFERENCE), [cuda_graph_frame]), tmp_path)
-    for pkg in packages:  # the tower layers as the torch step (their kernels: interpret_triton_tower.py)
-        monkeypatch.setattr(importlib.import_module(f"{pkg.__name__}.decode_step"), "tower_layer",
-                            graph.decode_tower.tower_layer_decode)
+    use_torch_tower_layers(packages, tmp_path, monkeypatch.setattr)
     weights = init_weights(CFG, seed=0, device="cpu")
     ref, eng = build_engine(CFG, weights, "cpu"), fast.build_engine(CFG, weights, "cpu")
     calls = []

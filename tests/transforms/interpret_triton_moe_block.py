@@ -16,7 +16,7 @@ import pytest
 import torch
 from interpret_triton_moe_fused import _moe_weights, _proposer_order
 from interpret_triton_tower import cuda_like_bf16  # noqa: F401 (an autouse fixture: bf16 as CUDA rounds it)
-from test_cuda_graphs import REFERENCE, assert_logits_match, load, transformed
+from test_cuda_graphs import REFERENCE, assert_logits_match, load, transformed, use_torch_tower_layers
 
 from candidates.repo import engine_files
 from knowledge_base.transforms import TRANSFORMS, NotApplicable
@@ -112,11 +112,9 @@ def test_kernels_equal_the_torch_moe_half_of_a_layer(packages, shape, dtype, fus
 
 def test_engine_teacher_forced_logits_match_reference(tmp_path, monkeypatch):
     """Every backbone layer of every decode frame goes through moe_block. The tower runs its torch layers: its
-    kernels are checked in the engine by interpret_triton_tower.py, and interpreted they take most of a minute."""
-    graph = _stack(["cuda_graph_frame"])
+    kernels are checked in the engine by interpret_triton_tower.py (use_torch_tower_layers)."""
     fast = load(transformed(_stack(PREREQUISITES), [triton_moe_block]), tmp_path)
-    step = importlib.import_module(f"{fast.__name__}.decode_step")
-    monkeypatch.setattr(step, "tower_layer", load(graph, tmp_path).decode_tower.tower_layer_decode)
+    use_torch_tower_layers([fast], tmp_path, monkeypatch.setattr)
     block = importlib.import_module(f"{fast.__name__}.moe_block")
     original, calls = block.moe_block, []
     monkeypatch.setattr(block, "moe_block", lambda *args: calls.append(1) or original(*args))

@@ -68,12 +68,10 @@ def assert_kernels_run_every_decode_frame(transform, wrapper: str, layers: int, 
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """The reference package with cuda_graph_frame, triton_tower and the backbone-kernel `transform` passes
     drama3-tiny's teacher-forced logits, and its decode_step calls `wrapper` once for each of `layers` layers in
-    every frame after the first. The tower steps run the torch tower layer: their kernels are checked in the engine
-    by interpret_triton_tower.py, and interpreted here they took nearly all of this test's minute."""
-    graph = transformed(engine_files(REFERENCE), [cuda_graph_frame])
-    fast = load(transformed(graph, [triton_tower, transform]), root)
+    every frame after the first. The tower steps run the torch tower layer (use_torch_tower_layers)."""
+    fast = load(transformed(engine_files(REFERENCE), [cuda_graph_frame, triton_tower, transform]), root)
+    use_torch_tower_layers([fast], root, monkeypatch.setattr)
     step = importlib.import_module(f"{fast.__name__}.decode_step")
-    monkeypatch.setattr(step, "tower_layer", load(graph, root).decode_tower.tower_layer_decode)
     original, calls = getattr(step, wrapper), []
     monkeypatch.setattr(step, wrapper, lambda *args: calls.append(1) or original(*args))
     weights = init_weights(CFG, seed=0, device="cpu")
@@ -87,6 +85,15 @@ def load(files: dict[str, str], root: Path):
     write_files(files, root / name)
     sys.path.insert(0, str(root))
     return importlib.import_module(name)
+
+
+def use_torch_tower_layers(packages, root: Path, set_attr=setattr) -> None:
+    """Each package's decode step runs the tower layers as cuda_graph_frame's torch step. Their kernels are
+    triton_tower's, checked in the engine by interpret_triton_tower.py; interpreted in every other engine test they
+    took most of its time. set_attr: monkeypatch.setattr for one test, setattr for a module's packages."""
+    torch_layer = load(transformed(engine_files(REFERENCE), [cuda_graph_frame]), root).decode_tower.tower_layer_decode
+    for pkg in packages:
+        set_attr(importlib.import_module(f"{pkg.__name__}.decode_step"), "tower_layer", torch_layer)
 
 
 @pytest.fixture(scope="module")
