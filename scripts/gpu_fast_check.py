@@ -41,7 +41,9 @@ from candidates.repo import EngineRepo, engine_files, write_files
 from evaluator.compare import Logits, check_logits
 from knowledge_base import KnowledgeStore
 from knowledge_base.transforms import TRANSFORMS, NotApplicable
+from knowledge_base.transforms.base import literal
 from knowledge_base.transforms.renew import renewal
+from knowledge_base.transforms.retune import retunes
 from reference_runtime.api import SamplingParams, StreamSchedule
 from reference_runtime.bench import bench_requests, measure_trial
 from reference_runtime.config import get_config
@@ -164,11 +166,21 @@ def recipe_files(steps: tuple[tuple[str, dict], ...], files: dict[str, str] | No
 
 def plus_files(files: dict[str, str], items: list[str]) -> dict[str, str]:
     """`files` with each item applied in turn: `renew:<name>` brings an applied transform's kernel files to today's
-    (as the swarm's renewals do), a bare name applies that transform's first variant."""
+    (as the swarm's renewals do), `retune:<name>:<knob>=<value>` sets one knob of an applied transform (as the
+    swarm's retunes do), a bare name applies that transform's first variant."""
     for item in items:
-        name = item.removeprefix("renew:")
+        name = item.removeprefix("renew:").removeprefix("retune:").split(":")[0]
         if name not in TRANSFORMS:
             sys.exit(f"--kept-plus: unknown transform {name!r} (known: {sorted(TRANSFORMS)})")
+        if item.startswith("retune:"):
+            knob, _, value = item.split(":", 2)[-1].partition("=")
+            found = [r for r in retunes(TRANSFORMS[name], files) if r.param == knob and literal(r.value) == value]
+            if not found:
+                sys.exit(f"--kept-plus: {item}: the engine lacks the transform's params file, or {knob}={value} is "
+                         f"its current value or outside its space {TRANSFORMS[name].space.get(knob)}")
+            patch = found[0].patch
+            files = apply_edits(files, [FileEdit(path=patch.path, search=patch.search, replace=patch.replace)])
+            continue
         if not item.startswith("renew:"):
             try:
                 files = recipe_files(((name, {}),), files)
