@@ -1,6 +1,7 @@
 """scripts/gpu_fast_check.py stays runnable: a CPU dry run checks a kept engine of a knowledge base (--kept)."""
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -12,6 +13,7 @@ import pytest
 from candidates import EngineRepo
 from candidates.repo import engine_files
 from knowledge_base import REFERENCE_ID, EngineKey, Figures, KeptEngine, KnowledgeStore
+from knowledge_base.transforms import TRANSFORMS
 from tests.kb.test_kb_store import _candidate, _lesson, _run, _verdict
 
 REPO = Path(__file__).resolve().parents[1]
@@ -57,7 +59,8 @@ def test_dry_run_checks_the_best_kept_engine(tmp_path):
 
 @pytest.mark.parametrize("item, message", [
     ("renew:triton_prefill_moe", "renew:triton_prefill_moe: the engine has today's files"),
-    ("triton_code_heads", "triton_code_heads: triton_code_heads: apply triton_tower and triton_sampling first")])
+    ("triton_code_heads", "triton_code_heads: triton_code_heads: apply triton_tower and triton_sampling first"),
+    ("retune:triton_deltanet:block_v=32", "retune:triton_deltanet:block_v=32: the engine lacks the transform's params")])
 def test_a_change_the_kept_engine_cannot_take_is_a_clear_error(tmp_path, item, message):
     _kept_home(tmp_path / "home")
     done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path / "x.json"), "--config", "drama3-tiny",
@@ -73,3 +76,16 @@ def test_no_kept_engine_is_a_clear_error(tmp_path):
                           env=os.environ | {"SWARM_HOME": str(tmp_path / "empty")}, capture_output=True, text=True,
                           timeout=300, check=False)
     assert done.returncode == 1 and "no kept CUDA engine for drama3-tiny" in done.stderr
+
+
+def test_kept_plus_retunes_one_knob_of_an_applied_transform(monkeypatch):
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    fast_check = importlib.import_module("gpu_fast_check")
+    deltanet = TRANSFORMS["triton_deltanet"]
+    files = fast_check.recipe_files((("triton_deltanet", {}),))
+    retuned = fast_check.plus_files(files, ["retune:triton_deltanet:block_v=32"])
+    changed = [path for path in files if retuned[path] != files[path]]
+    assert changed == [deltanet.knobs.path]
+    assert f"{deltanet.knobs.constant('block_v')} = 32" in retuned[deltanet.knobs.path]
+    with pytest.raises(SystemExit, match="block_v=16 is its current value or outside its space"):
+        fast_check.plus_files(files, ["retune:triton_deltanet:block_v=16"])
