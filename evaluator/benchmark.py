@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from reference_runtime.api import StreamSchedule, TTSRequest
+from reference_runtime.api import TTSRequest
 from reference_runtime.config import get_config
 from reference_runtime.prompt import build_rows
 from reference_runtime.tokenizer import load_tokenizer
@@ -26,7 +26,7 @@ from .correctness import AudioLevel, silence_ratio
 from .inputs import trial_request
 from .sandbox import Deadline, Pool, Worker
 from .statistics import Paired, needs_margin, prompt_figures, rel_iqr
-from .streams import StreamRun, check_stream, stream_once
+from .streams import StreamRun, check_stream, stream_audio, stream_once, stream_schedule
 from .verdict import BenchResult, EvaluatorError, Evidence, Rejected, Status
 
 RMS_RATIO = 4.0  # a trial's RMS must be within this factor of the oracle's
@@ -64,7 +64,7 @@ class Benchmark:
         self.engines = {"baseline": baseline, "candidate": candidate}
         self.config = get_config(target.model.config)
         self.spec = target.benchmark
-        self.schedule = StreamSchedule(first_chunk_frames=self.spec.first_chunk_frames)
+        self.schedule = stream_schedule(self.spec)
         self.evidence: list[Evidence] = []
         self._seen: dict[str, set[tuple[str, str]]] = {"audio": set(), "frames": set()}
 
@@ -158,8 +158,9 @@ def audit(pool: Pool, oracle: Worker, trial: Trial, target: Target, deadline: De
         f, k = (int(i) for i in outside.nonzero()[0])
         raise Rejected(Status.CHEAT_SUSPECTED, [Evidence(check="audit", prompt=trial.prompt, frame=f, codebook=k,
             message="a timed trial emitted a token outside the oracle's sampling support at that step")])
-    codes = frames[:, 1:].T.contiguous()
-    ref_audio = pool.use(oracle).call("decode_audio", deadline, "audio", codes=codes)["audio"]
+    worker = pool.use(oracle)
+    ref_audio = stream_audio(lambda codes: worker.call("decode_audio", deadline, "audio", codes=codes)["audio"],
+                             frames, stream_schedule(target.benchmark), config.codec.frame_samples)
     evidence = check_waveform("audit", trial.prompt, ref_audio, trial.run.audio, target.tolerances.waveform_max_abs,
                               config.codec.frame_samples)
     if evidence:  # the streamed audio is not the decode of the streamed frames

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from reference_runtime.api import ROW_WIDTH, StreamSchedule, TTSRequest
+from reference_runtime.api import ROW_WIDTH, TTSRequest
 from reference_runtime.config import Drama3Config, get_config
 from reference_runtime.prompt import build_rows
 from reference_runtime.tokenizer import load_tokenizer
@@ -26,7 +26,7 @@ from .channel import describe, tensor_or_none
 from .compare import Logits, LogitStats, check_logits, check_waveform, no_worse
 from .inputs import held_out_requests, prompt_label, random_codes, random_frame, sentence
 from .sandbox import Deadline, Pool, Worker
-from .streams import check_stream, stream_once
+from .streams import check_stream, stream_audio, stream_once, stream_schedule
 from .verdict import Evidence, Rejected, Status
 
 AUDIBLE_FRACTION = 0.1  # a chunk is audible when its RMS is at least this share of the oracle's typical RMS
@@ -80,7 +80,7 @@ class Cascade:
         self.inherited: list[Evidence] = []
         self.config: Drama3Config = get_config(target.model.config)
         self.tol = target.tolerances
-        self.schedule = StreamSchedule(first_chunk_frames=target.benchmark.first_chunk_frames)
+        self.schedule = stream_schedule(target.benchmark)
         self.tokenizer = load_tokenizer(self.config)
 
     def run(self, deadline: Deadline) -> CorrectnessReport:
@@ -125,9 +125,8 @@ class Cascade:
         return stats
 
     def codec_parity(self, label: str, codes: torch.Tensor, ref_audio: torch.Tensor, deadline: Deadline) -> None:
-        audio = self._call(self.candidate, "decode_audio", deadline, "audio", codes=codes).get("audio")
-        evidence = check_waveform("codec", label, ref_audio, tensor_or_none(audio), self.tol.waveform_max_abs,
-                                  self.config.codec.frame_samples)
+        evidence = check_waveform("codec", label, ref_audio, self._audio(self.candidate, codes, deadline),
+                                  self.tol.waveform_max_abs, self.config.codec.frame_samples)
         if evidence:
             raise Rejected(Status.MISMATCH, evidence)
 
@@ -151,6 +150,12 @@ class Cascade:
             f = int((run.frames != frames).any(dim=1).nonzero()[0, 0])
             evidence = [Evidence(check="stream", prompt=label, frame=f,
                                  message="streamed frames differ from generate's with the same seed")]
+        if not evidence and self.schedule.overlap_frames is not None:  # chunks decode windows, not the utterance
+            audio = stream_audio(lambda codes: self._audio(self.candidate, codes, deadline), frames, self.schedule,
+                                 spf)
+            if audio is None:
+                evidence = [Evidence(check="stream", prompt=label, message=(
+                    "decode_audio returned no float32 waveform for a stream window"))]
         evidence = evidence or check_waveform("stream", label, audio, run.audio, self.tol.stream_max_abs, spf)
         if evidence:
             raise Rejected(Status.MISMATCH, evidence)
@@ -163,6 +168,9 @@ class Cascade:
         if main is None or codes is None:
             raise Rejected(Status.MISMATCH, [Evidence(check="teacher_forced", message="logits are not tensors")])
         return Logits(main, codes)
+
+    def _audio(self, worker: Worker, codes: torch.Tensor, deadline: Deadline) -> torch.Tensor | None:
+        return tensor_or_none(self._call(worker, "decode_audio", deadline, "audio", codes=codes).get("audio"))
 
     def _call(self, worker: Worker, op: str, deadline: Deadline, kind: str, **args) -> dict:
         return self.pool.use(worker).call(op, deadline, kind, **args)

@@ -3,12 +3,14 @@ that the chunking follows the schedule and the work is what was asked for (E5, E
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from reference_runtime.api import ROW_WIDTH, StreamSchedule, TTSRequest
 from reference_runtime.config import Drama3Config
+from targets.schema import BenchmarkSpec
 
 from .channel import describe, tensor_or_none
 from .sandbox import Deadline, Worker
@@ -45,6 +47,30 @@ class StreamRun:
     @property
     def total_s(self) -> float:
         return self.chunks[-1].arrived - self.sent if self.chunks else float("nan")
+
+
+def stream_schedule(spec: BenchmarkSpec) -> StreamSchedule:
+    """The chunking a target's streams follow, in correctness checks and benchmark trials alike."""
+    return StreamSchedule(first_chunk_frames=spec.first_chunk_frames, overlap_frames=spec.stream_overlap_frames)
+
+
+def stream_audio(decode: Callable[[torch.Tensor], torch.Tensor | None], frames: torch.Tensor,
+                 schedule: StreamSchedule, frame_samples: int) -> torch.Tensor | None:
+    """The audio an honest stream of `frames` (n, 11) carries under `schedule`, from `decode` (codes (10, m) ->
+    waveform): the whole decode when each chunk re-decodes the whole history, else each chunk's window (its frames
+    and up to overlap_frames before them) decoded and cut to the chunk. None where a decode gave no 1-D waveform."""
+    codes = frames[:, 1:].T.contiguous()
+    if schedule.overlap_frames is None:
+        return decode(codes)
+    parts, start = [], 0
+    for end in schedule.chunk_ends(frames.shape[0]):
+        first = max(0, start - schedule.overlap_frames)
+        audio = decode(codes[:, first:end].contiguous())
+        if audio is None or audio.dim() != 1:
+            return None
+        parts.append(audio[(start - first) * frame_samples:])
+        start = end
+    return torch.cat(parts)
 
 
 def stream_once(worker: Worker, request: TTSRequest, schedule: StreamSchedule, deadline: Deadline) -> StreamRun:

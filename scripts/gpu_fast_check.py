@@ -289,12 +289,16 @@ def time_decode(report: Report, engine, config, frames: int) -> None:
             torch.cuda.set_sync_debug_mode("default")
 
 
-def time_streams(engines: list[tuple[Report, object]], config, frames: int, trials: int) -> None:
+def time_streams(engines: list[tuple[Report, object]], config, frames: int, trials: int,
+                 overlaps: tuple[int | None, ...] = (None,)) -> None:
     """Each prompt's prefill and streamed trials on every engine, interleaved: trial t runs the engines in an order
-    rotated by t, so no engine always goes first. An engine whose stream fails gets the error and leaves."""
-    schedule = StreamSchedule(first_chunk_frames=1)
+    rotated by t, so no engine always goes first. An engine whose stream fails gets the error and leaves. Per
+    codec overlap (None: each chunk re-decodes the whole history), the prompts again, named "<prompt>/overlap<n>"."""
     timed = list(engines)
-    for name, request in bench_requests(config, frames).items():
+    streams = [(name if overlap is None else f"{name}/overlap{overlap}", request,
+                StreamSchedule(first_chunk_frames=1, overlap_frames=overlap))
+               for overlap in overlaps for name, request in bench_requests(config, frames).items()]
+    for name, request, schedule in streams:
         prefills: dict[str, list[float]] = {r.engine: [] for r, _ in timed}
         results: dict[str, list] = {r.engine: [] for r, _ in timed}
 
@@ -473,6 +477,9 @@ def main() -> None:
                         help=f"of {sorted(RECIPES)}")
     parser.add_argument("--frames", type=int, default=200, help="frames per timed decode run and stream trial")
     parser.add_argument("--trials", type=int, default=3, help="timed stream trials per engine (after one warm-up)")
+    parser.add_argument("--overlap-frames", default="none",
+                        help="codec left context of the streams' later chunks, comma-separated, each timed: 'none' "
+                             "(the whole history, as the targets' default) or frames (SGLang-Omni: 32)")
     parser.add_argument("--reference-frames", type=int, default=16, help="the eager reference is slow: fewer frames")
     parser.add_argument("--budget-s", type=float, default=330,
                         help="start no engine after the first one once this many seconds have passed since the "
@@ -486,6 +493,10 @@ def main() -> None:
                              "another such engine (kept_plus2, ...), so that a stack and its parts are timed together")
     args = parser.parse_args()
     names = [e for e in args.engines.split(",") if e]
+    try:
+        overlaps = tuple(None if o == "none" else int(o) for o in args.overlap_frames.split(","))
+    except ValueError:
+        sys.exit(f"--overlap-frames takes 'none' or frame counts, comma-separated, got {args.overlap_frames!r}")
     unknown = [e for e in names if e not in RECIPES]
     if unknown:
         sys.exit(f"unknown engines {unknown} (known: {sorted(RECIPES)})")
@@ -543,7 +554,7 @@ def main() -> None:
         print_table(reports[-1:])
     print(f"--- streams of {', '.join(r.engine for r, _ in alive)}, interleaved "
           f"({time.perf_counter() - started:.0f} s)", flush=True)
-    time_streams(alive, config, args.frames, args.trials)
+    time_streams(alive, config, args.frames, args.trials, overlaps)
     alive.clear()
     release()
     print_table(reports)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 Frac = Annotated[float, Field(ge=0.0, le=1.0)]
 
@@ -64,6 +64,9 @@ class BenchmarkSpec(_Strict):
     max_warm_trials: PositiveInt | None = None
     warmup_trials: int = 2
     first_chunk_frames: PositiveInt = 1
+    # left context each later chunk's codec decode re-runs: None re-decodes the whole history (the streamed audio
+    # then equals the whole utterance's decode); SGLang-Omni's Drama 3 streamer uses 32 (docs/drama3_arch.md §2)
+    stream_overlap_frames: NonNegativeInt | None = None
     min_speedup: PositiveFloat = 1.03  # lower CI bound on the frames/s ratio, or on the TTFA ratio, must clear this
     max_plausible_speedup: PositiveFloat = 20.0  # above this the verdict is cheat_suspected (manual review)
     confidence: Frac = 0.95

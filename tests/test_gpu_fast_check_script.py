@@ -1,4 +1,5 @@
-"""scripts/gpu_fast_check.py stays runnable: a CPU dry run checks a kept engine of a knowledge base (--kept)."""
+"""scripts/gpu_fast_check.py stays runnable: a CPU dry run checks a kept engine of a knowledge base (--kept), its
+streams timed under two codec overlaps."""
 from __future__ import annotations
 
 import importlib
@@ -42,7 +43,8 @@ def test_dry_run_checks_the_best_kept_engine(tmp_path):
     out = tmp_path / "fc.json"
     done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--config", "drama3-tiny", "--device", "cpu",
                            "--frames", "4", "--trials", "1", "--engines", "", "--kept", "best",
-                           "--kept-plus", "deltanet_conv_unfold", "--kept-plus", "deltanet_conv_unfold,rope_tables"],
+                           "--kept-plus", "deltanet_conv_unfold", "--kept-plus", "deltanet_conv_unfold,rope_tables",
+                           "--overlap-frames", "none,2"],
                           env=os.environ | {"SWARM_HOME": str(tmp_path / "home")}, capture_output=True, text=True,
                           timeout=300, check=False)
     assert done.returncode == 0, done.stderr
@@ -54,7 +56,8 @@ def test_dry_run_checks_the_best_kept_engine(tmp_path):
     for kept in (reports["kept"], reports["kept_plus"], reports["kept_plus2"]):
         assert kept["error"] is None
         assert kept["correctness"] and not any(c["problems"] for c in kept["correctness"])
-        assert sorted(kept["prompts"]) == ["hello", "sentences", "voice"]
+        assert sorted(kept["prompts"]) == ["hello", "hello/overlap2", "sentences", "sentences/overlap2", "voice",
+                                           "voice/overlap2"]
 
 
 @pytest.mark.parametrize("item, message", [

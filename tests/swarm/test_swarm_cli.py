@@ -110,6 +110,9 @@ def test_every_shipped_target_loads_and_the_h200_ones_share_their_gates():
     quick, lease = targets["drama3_h200_quick"], targets["drama3_h200_lease"]
     assert (lease.tolerances, lease.acceptance) == (quick.tolerances, quick.acceptance)
     assert (lease.baseline, quick.baseline) == ("best", "reference")
+    # the GPU targets stream as the seed's SGLang-Omni setup; the CPU demo's streams equal the whole decode
+    assert {t.benchmark.stream_overlap_frames for n, t in targets.items() if t.hardware.device == "cuda"} == {32}
+    assert targets["drama3_cpu"].benchmark.stream_overlap_frames is None
 
 
 def test_agents_option_replaces_the_target_files_agents():

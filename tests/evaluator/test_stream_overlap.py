@@ -1,0 +1,69 @@
+"""Targets whose streams re-decode only a window of left context (benchmark.stream_overlap_frames, as
+SGLang-Omni's 32): the judge's expected stream audio is each chunk's window decoded and cut to the chunk, honest
+engines pass the correctness cascade and the benchmark's audits, and a stream that cheats is still caught."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from evaluator import Status, evaluate
+from evaluator.sandbox import REFERENCE_DIR, REPO_ROOT
+from evaluator.streams import stream_audio, stream_schedule
+from reference_runtime.api import TTSRequest
+from reference_runtime.config import get_config
+from reference_runtime.model import build_engine
+from reference_runtime.weights import init_weights
+from targets.schema import TargetError, load_target
+from tests.exploits.cheaters import cheater, exploit_target, judge
+
+CFG = get_config("drama3-tiny")
+
+
+def _overlap(target, frames: int):
+    return target.model_copy(update={"benchmark": target.benchmark.model_copy(
+        update={"stream_overlap_frames": frames})})
+
+
+@pytest.fixture(scope="module")
+def engine():
+    return build_engine(CFG, init_weights(CFG, seed=0, device="cpu"), "cpu")
+
+
+def test_the_expected_audio_is_what_an_honest_windowed_stream_carries(engine, tiny_target):
+    schedule = stream_schedule(_overlap(tiny_target, 2).benchmark)
+    request = TTSRequest(text="Hello there", max_frames=12, ignore_eos=True, seed=3)
+    chunks = list(engine.stream(request, schedule))
+    frames = torch.cat([c.frames for c in chunks])
+    got = torch.cat([c.audio for c in chunks])
+    spf = CFG.codec.frame_samples
+    assert torch.equal(stream_audio(engine.decode_audio, frames, schedule, spf), got)
+    whole = engine.decode_audio(frames[:, 1:].T.contiguous())
+    # the windows' audio is not the whole utterance's, so the judge must not compare it with that
+    assert (whole - got).abs().max() > tiny_target.tolerances.stream_max_abs
+    assert torch.equal(stream_audio(engine.decode_audio, frames, stream_schedule(tiny_target.benchmark), spf), whole)
+
+
+def test_a_decode_without_a_waveform_gives_none(engine, tiny_target):
+    schedule = stream_schedule(_overlap(tiny_target, 2).benchmark)
+    frames = torch.zeros((12, 11), dtype=torch.long)
+    assert stream_audio(lambda codes: None, frames, schedule, CFG.codec.frame_samples) is None
+
+
+def test_the_reference_passes_with_overlapped_windows(tiny_target, tmp_path):
+    verdict = evaluate(REFERENCE_DIR, _overlap(tiny_target, 0), baseline_dir=REFERENCE_DIR,
+                       work_dir=tmp_path / "work", secret_seed=5)
+    assert verdict.status.is_correct and verdict.comparison is not None, verdict.summary
+
+
+def test_a_silent_first_chunk_is_caught_with_overlapped_windows(tmp_path):
+    verdict = judge(cheater(tmp_path, "SilentStart"), _overlap(exploit_target(), 0), tmp_path)
+    assert verdict.status == Status.MISMATCH, verdict.summary
+    assert verdict.evidence[0].check == "stream" and "waveforms differ" in verdict.evidence[0].message
+
+
+def test_a_negative_overlap_is_a_located_target_error(tmp_path):
+    path = tmp_path / "t.yaml"
+    text = (REPO_ROOT / "targets" / "drama3_cpu.yaml").read_text()
+    path.write_text(text.replace("  first_chunk_frames: 1\n", "  first_chunk_frames: 1\n  stream_overlap_frames: -1\n"))
+    with pytest.raises(TargetError, match=r"benchmark\.stream_overlap_frames"):
+        load_target(path)
