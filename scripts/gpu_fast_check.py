@@ -484,6 +484,9 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=330,
                         help="start no engine after the first one once this many seconds have passed since the "
                              "start (the full-size reference part alone takes ~110 s on an H200)")
+    parser.add_argument("--no-reference", action="store_true",
+                        help="skip the eager reference (~1-2 minutes at full size) and so the gate (reads '-'): a "
+                             "timing probe of changes that cannot alter outputs, such as a stream priority")
     parser.add_argument("--config", default="drama3", help="model config (drama3-tiny for a dry run)")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--kept", help="also check a kept engine of $SWARM_HOME's knowledge base: an id or 'best'")
@@ -521,21 +524,22 @@ def main() -> None:
               "weights_gib": weight_bytes(weights) / 2**30,
               "weights_s": time.perf_counter() - started}
     print(header, flush=True)
-    ref = build_engine(config, weights, device)
-    requests = bench_requests(config, FORCED_FRAMES)
-    oracle = {}
-    for prompt in FORCED_PROMPTS:
-        rows = build_rows(config, requests[prompt], ref.tokenizer)
-        frames = ref.generate(requests[prompt]).frames
-        oracle[prompt] = (requests[prompt], rows, frames, teacher_forced(ref, rows, frames))
-    reports = [Report("reference", [])]
-    time_decode(reports[0], ref, config, args.reference_frames)
-    time_streams([(reports[0], ref)], config, args.reference_frames, 1)
-    codec_stages(reports[0], ref, config)
-    if torch.cuda.is_available():
-        reports[0].peak_gib = torch.cuda.max_memory_allocated() / 2**30
-    del ref
-    release()
+    oracle, reports = {}, []
+    if not args.no_reference:
+        ref = build_engine(config, weights, device)
+        requests = bench_requests(config, FORCED_FRAMES)
+        for prompt in FORCED_PROMPTS:
+            rows = build_rows(config, requests[prompt], ref.tokenizer)
+            frames = ref.generate(requests[prompt]).frames
+            oracle[prompt] = (requests[prompt], rows, frames, teacher_forced(ref, rows, frames))
+        reports.append(Report("reference", []))
+        time_decode(reports[0], ref, config, args.reference_frames)
+        time_streams([(reports[0], ref)], config, args.reference_frames, 1)
+        codec_stages(reports[0], ref, config)
+        if torch.cuda.is_available():
+            reports[0].peak_gib = torch.cuda.max_memory_allocated() / 2**30
+        del ref
+        release()
     root = package_root("fast_check_")
     engines = [(name, [f"{t}({', '.join(f'{k}={v}' for k, v in o.items())})" for t, o in RECIPES[name]],
                 lambda name=name: recipe_files(RECIPES[name])) for name in names]

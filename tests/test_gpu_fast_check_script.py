@@ -92,3 +92,17 @@ def test_kept_plus_retunes_one_knob_of_an_applied_transform(monkeypatch):
     assert f"{deltanet.knobs.constant('block_v')} = 32" in retuned[deltanet.knobs.path]
     with pytest.raises(SystemExit, match="block_v=16 is its current value or outside its space"):
         fast_check.plus_files(files, ["retune:triton_deltanet:block_v=16"])
+
+
+def test_no_reference_times_the_kept_engine_without_a_gate(tmp_path):
+    _kept_home(tmp_path / "home")
+    out = tmp_path / "fc.json"
+    done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--config", "drama3-tiny", "--device", "cpu",
+                           "--frames", "3", "--trials", "1", "--engines", "", "--kept", "best", "--no-reference"],
+                          env=os.environ | {"SWARM_HOME": str(tmp_path / "home")}, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    reports = json.loads(out.read_text())["reports"]
+    assert [r["engine"] for r in reports] == ["kept"]
+    assert reports[0]["correctness"] == [] and reports[0]["error"] is None
+    assert reports[0]["decode_ms_wall"] > 0 and sorted(reports[0]["prompts"]) == ["hello", "sentences", "voice"]
