@@ -39,6 +39,9 @@ class Knobs:
     path: str
     owner: str  # the transform's name, for the file's docstring
     notes: Mapping[str, str]  # parameter -> what its constant sets (the line's comment; "" for none)
+    # True where the knobs order or overlap the whole frame's work (a stream priority) instead of tiling the
+    # transform's own kernels: a retune then reaches the frame's whole profiled time, not its kernels' share
+    frame_wide: bool = False
 
     @staticmethod
     def constant(param: str) -> str:

@@ -21,7 +21,8 @@ Lessons about a leap concern that stack only: they do not mark its members.
 Past the untried transforms whose prior beats RETUNE_PRIOR, exploring slots retune: one knob of a transform in
 the lineage (a Triton tile or warp count in its params file) set to another value of its space, since a kept
 engine cannot take the transform again with better parameters. The transforms whose kernels take most of the
-parent's profiled time are retuned first (a kernel name in two transforms' files splits its time between them). Retunes
+parent's profiled time are retuned first (a kernel name in two transforms' files splits its time between them; a
+knob that orders the whole frame's work, a stream priority, reaches all of it). Retunes
 that failed are avoided by the same rule as variants; their lessons, like a leap's, say nothing about the
 transform.
 
@@ -221,6 +222,10 @@ def _retunes(context: ProposalContext) -> list[_Choice]:
     claims = Counter(k for names in kernels.values() for k in names)
     profiled_ms = {t: sum(context.parent_kernels.get(k, 0.0) / claims[k] for k in names)
                    for t, names in kernels.items()}
+    frame_ms = sum(context.parent_kernels.values())
+    for c in found:
+        if c.transform.knobs.frame_wide:  # e.g. a stream priority: every kernel of the frame is in its reach
+            profiled_ms[c.transform.name] = frame_ms
     return sorted(found, key=lambda c: -profiled_ms[c.transform.name])  # stable: ties keep the prior order
 
 

@@ -311,9 +311,10 @@ def test_past_the_untried_transforms_worth_more_the_slots_retune_the_lineages_ke
 
 
 def test_retunes_go_to_the_transforms_whose_kernels_the_parents_profile_puts_first(reference_run):
-    """On the engine kept in session 12 with every proven GPU transform applied, the exploring slots retune: the
-    transform whose Triton kernels took most of the parent's profiled time first; a kernel name two transforms'
-    files share (the decode and prefill MoE kernels) splits its time between them; without a profile, by prior."""
+    """On the engine kept in session 12 with every proven GPU transform applied, the exploring slots retune: a
+    frame-wide knob (the pipeline's stream priority) first, then the transform whose Triton kernels took most of the
+    parent's profiled time; a kernel name two transforms' files share (the decode and prefill MoE kernels) splits
+    its time between them; without a profile, by prior."""
     # applied too: the untried left (with what they make applicable) have priors under a retune's
     lineage = [*EVERY_PROVEN, "triton_code_heads", "triton_frame_glue", "pipelined_frames"]
     files = transformed(reference_run.files, *((name, next(TRANSFORMS[name].variants())) for name in lineage))
@@ -324,12 +325,16 @@ def test_retunes_go_to_the_transforms_whose_kernels_the_parents_profile_puts_fir
         assert proposal.title.startswith(RETUNE)
         return proposal.transforms
 
+    # pipelined_frames' stream priority orders the whole frame's work: all of the profile is in its reach
+    assert first_retune({"_norm_gemv_kernel": 0.9, "_draw_code_kernel": 0.13}) == ["pipelined_frames"]
+    del files["frame_pipeline_params.py"]  # no priority to retune: the kernels' shares decide
     assert first_retune({"_norm_gemv_kernel": 0.9, "_draw_code_kernel": 0.13}) == ["triton_tower"]
     assert first_retune({"_norm_gemv_kernel": 0.1, "_draw_code_kernel": 0.13}) == ["triton_sampling"]
     assert first_retune({"_gate_up_kernel": 0.9, "_down_kernel": 0.6, "_norm_gemv_kernel": 0.8}) == ["triton_tower"]
     assert first_retune({"_gate_up_kernel": 0.9, "_down_kernel": 0.6, "_norm_gemv_kernel": 0.7}) in (
         ["triton_moe_fused"], ["triton_prefill_moe"])  # 0.75 each
-    by_prior = max((TRANSFORMS[n] for n in lineage if TRANSFORMS[n].knobs), key=lambda t: t.prior("cuda"))
+    by_prior = max((TRANSFORMS[n] for n in lineage if TRANSFORMS[n].knobs and TRANSFORMS[n].knobs.path in files),
+                   key=lambda t: t.prior("cuda"))
     assert first_retune({}) == [by_prior.name]
 
 
