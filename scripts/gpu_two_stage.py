@@ -28,7 +28,7 @@ from gpu_fast_check import RECIPES, import_package, kept_engine, package_root, r
 
 from candidates.repo import engine_files
 from evaluator.inputs import trial_request
-from reference_runtime.api import StreamSchedule
+from evaluator.streams import stream_schedule
 from reference_runtime.bench import PromptBench, TrialResult, format_table, measure_trial
 from reference_runtime.config import get_config
 from reference_runtime.prompt import build_rows
@@ -87,7 +87,7 @@ def main() -> None:
     print(header, flush=True)
 
     rng = random.Random(args.seed)
-    schedule = StreamSchedule(first_chunk_frames=spec.first_chunk_frames)
+    schedule = stream_schedule(spec)
     results: dict[str, dict[str, list[TrialResult]]] = {label: {p.name: [] for p in spec.prompts} for label in where}
     rows: dict[str, int] = {}
     for r in range(warmup + trials):
