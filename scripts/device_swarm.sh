@@ -5,14 +5,16 @@
 # STATE.tgz holds swarm_home/ (kb.sqlite, the engines repo, each run's events.jsonl): what the last call left in
 # $OUT/swarm_home.tgz. The home goes to $SWARM_DEVICE_HOME (default /opt/swarm_home): not /tmp, which evaluator
 # workers see privately. The compile caches that baseline workers left (compile_cache/, tens of MB) travel apart,
-# as $OUT/compile_cache.tgz: carry it back in .device_state/compile_cache.tgz (ignored by git; $SWARM_COMPILE_CACHE
-# names another), so the next call's first evaluations skip the cold Triton and inductor builds.
+# as $OUT/compile_cache.tgz, the newest seeds that fit in the 16 MiB a file of $OUT may weigh: carry it back in
+# .device_state/compile_cache.tgz (ignored by git; $SWARM_COMPILE_CACHE names another), so the next call's first
+# evaluations skip the cold Triton and inductor builds.
 set -u -o pipefail
 [ $# -ge 3 ] || { echo "usage: $0 STATE.tgz|fresh SECONDS TARGET [swarm run options]" >&2; exit 2; }
 state=$1 seconds=$2 target=$3
 shift 3
 home=${SWARM_DEVICE_HOME:-/opt/swarm_home}
 caches=${SWARM_COMPILE_CACHE:-.device_state/compile_cache.tgz}
+cap=${SWARM_COMPILE_CACHE_BYTES:-$((15 << 20))}  # what a file of $OUT may weigh to come back, with a margin
 out=${OUT:?set OUT to the folder that comes back}
 if [ -d .whl ]; then source scripts/device_env.sh >/dev/null; fi  # the lent machine lacks some packages
 rm -rf "$home" && mkdir -p "$home"
@@ -30,6 +32,16 @@ echo "swarm run exit code $rc (124: stopped at the $seconds s limit; --resume it
 shopt -s nullglob
 (cd "$home" && tar -czf "$out/swarm_home.tgz" --transform 's,^,swarm_home/,' kb.sqlite engines runs/*/events.jsonl)
 if [ -d "$home/compile_cache" ]; then
-    (cd "$home" && tar -czf "$out/compile_cache.tgz" compile_cache)
+    # $OUT's files come back only up to 16 MiB each (session 22's whole cache did not): the most recently used seeds
+    # that fit, newest first (an evaluation touches the seed it plants; ls skips the dot-named partial copies)
+    packed=()
+    for seed in $(ls -t "$home/compile_cache"); do
+        (cd "$home" && tar -czf "$out/compile_cache.next.tgz" "${packed[@]/#/compile_cache/}" "compile_cache/$seed")
+        [ "$(stat -c %s "$out/compile_cache.next.tgz")" -le "$cap" ] || break
+        packed+=("$seed")
+        mv "$out/compile_cache.next.tgz" "$out/compile_cache.tgz"
+    done
+    rm -f "$out/compile_cache.next.tgz"
+    echo "compile caches packed: ${#packed[@]} of $(ls "$home/compile_cache" | wc -l) seeds (at most $cap bytes)"
 fi
 exit $rc

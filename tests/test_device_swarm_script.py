@@ -10,12 +10,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _call(tmp_path: Path, name: str, *args: str,
-          caches: Path | None = None) -> tuple[subprocess.CompletedProcess, Path]:
+def _call(tmp_path: Path, name: str, *args: str, caches: Path | None = None,
+          cap: int = 15 << 20) -> tuple[subprocess.CompletedProcess, Path]:
     out = tmp_path / name
     out.mkdir()
     env = os.environ | {"OUT": str(out), "SWARM_DEVICE_HOME": str(tmp_path / "home"), "COLUMNS": "200",
-                        "SWARM_COMPILE_CACHE": str(caches or tmp_path / "no_caches.tgz")}
+                        "SWARM_COMPILE_CACHE": str(caches or tmp_path / "no_caches.tgz"),
+                        "SWARM_COMPILE_CACHE_BYTES": str(cap)}
     done = subprocess.run(["bash", "scripts/device_swarm.sh", *args], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=300, check=False)
     return done, out
@@ -47,6 +48,24 @@ def test_the_compile_caches_travel_apart_and_come_back(tmp_path):
     assert done.returncode == 124, done.stdout + done.stderr
     with tarfile.open(out / "compile_cache.tgz") as packed:
         assert "compile_cache/0123abcd/triton/kernel.cubin" in packed.getnames()
+
+
+def test_only_the_newest_seeds_that_fit_come_back(tmp_path):
+    """$OUT's files come back up to 16 MiB each: the seeds an evaluation used last, while the archive fits."""
+    packed = tmp_path / "packed" / "compile_cache"
+    for age, name in enumerate(("newest", "older", "oldest")):
+        (packed / name / ".triton").mkdir(parents=True)
+        (packed / name / ".triton" / "kernel.cubin").write_bytes(os.urandom(3000))  # incompressible
+        os.utime(packed / name, (1e9 - age, 1e9 - age))
+    with tarfile.open(tmp_path / "caches.tgz", "w:gz") as archive:
+        archive.add(packed, arcname="compile_cache")
+    done, out = _call(tmp_path, "out", "fresh", "6", "targets/drama3_cpu.yaml", caches=tmp_path / "caches.tgz",
+                      cap=7500)
+    assert done.returncode == 124, done.stdout + done.stderr
+    with tarfile.open(out / "compile_cache.tgz") as archive:
+        seeds = {n.split("/")[1] for n in archive.getnames() if n.count("/") >= 1}
+    assert seeds == {"newest", "older"} and "compile caches packed: 2 of 3 seeds" in done.stdout
+    assert sorted(p.name for p in out.iterdir()) == ["compile_cache.tgz", "swarm.log", "swarm_home.tgz"]
 
 
 def test_bad_usage_exits_2():
