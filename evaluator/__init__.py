@@ -10,7 +10,7 @@ from . import live_workers
 from .evaluate import calibrate_noise, evaluate, with_calibration
 from .statistics import NoiseCalibration
 from .verdict import EvaluatorError, Status, Verdict
-from .version import judge_version
+from .version import benchmark_protocol, judge_version
 
 __all__ = ["live_workers", "evaluate", "calibrate_noise", "NoiseCalibration", "EvaluatorError", "Status", "Verdict",
-           "judge_version", "with_calibration"]
+           "benchmark_protocol", "judge_version", "with_calibration"]

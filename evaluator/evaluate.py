@@ -29,7 +29,7 @@ from .profiling import PROFILE_FRAMES, PROFILE_S, profile_engine
 from .sandbox import REFERENCE_DIR, Deadline, Pool, Ready, Worker, WorkerFailure
 from .statistics import MorePairs, NoiseCalibration, calibrated, compare, decide
 from .verdict import Comparison, EvaluatorError, Evidence, Rejected, Status, Verdict
-from .version import judge_version
+from .version import benchmark_protocol, judge_version
 
 
 def evaluate(candidate_dir: Path, target: Target, *, baseline_dir: Path, work_dir: Path,
@@ -63,7 +63,7 @@ def calibrate_noise(baseline_dir: Path, target: Target, *, work_dir: Path, gpu_i
                 rng.getrandbits(32), min_speedup=target.benchmark.min_speedup, calibration=None)
     return NoiseCalibration(speedup=c.speedup, ci_low=c.ci_low, ci_high=c.ci_high, rel_iqr=c.spread, pairs=c.pairs,
                             baseline=str(baseline_dir), ttfa_ci_low=c.first_audio.ci_low,
-                            ttfa_ci_high=c.first_audio.ci_high)
+                            ttfa_ci_high=c.first_audio.ci_high, protocol=benchmark_protocol(target))
 
 
 def with_calibration(verdict: Verdict, calibration: NoiseCalibration, target: Target) -> Verdict:

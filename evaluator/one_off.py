@@ -14,6 +14,7 @@ from targets.schema import Target
 from .evaluate import calibrate_noise, evaluate, with_calibration
 from .statistics import NoiseCalibration
 from .verdict import Verdict
+from .version import benchmark_protocol
 
 
 class CalibrationFileError(ValueError):
@@ -40,7 +41,7 @@ def evaluate_one_off(candidate_dir: Path, target: Target, *, baseline_dir: Path,
              "gpu": gpu_index}  # what a kept calibration must match
     if keep is not None and not keep.parent.is_dir():
         raise CalibrationFileError(f"{keep}: its folder does not exist; create it or name another file")
-    kept = _load(keep, scope) if keep is not None and keep.exists() else None
+    kept = _load(keep, scope, benchmark_protocol(target)) if keep is not None and keep.exists() else None
     if kept is not None:
         say(f"A/A calibration from {keep}: {_figures(kept)}")
     verdict = evaluate(candidate_dir, target, baseline_dir=baseline_dir, work_dir=work_dir, gpu_index=gpu_index,
@@ -55,15 +56,14 @@ def evaluate_one_off(candidate_dir: Path, target: Target, *, baseline_dir: Path,
     return with_calibration(verdict, calibration, target)
 
 
-def _load(path: Path, scope: dict[str, str | int | None]) -> NoiseCalibration:
+def _load(path: Path, scope: dict[str, str | int | None], protocol: str) -> NoiseCalibration:
     try:
         kept = KeptCalibration.model_validate_json(path.read_text())
     except ValidationError as e:
         raise CalibrationFileError(f"{path} is not a kept A/A calibration ({e.error_count()} errors); delete it to "
                                    "measure a new one") from e
-    if not kept.calibration.bands_first_audio:
-        raise CalibrationFileError(f"{path} was measured before the A/A band of time to first audio was: delete it "
-                                   "to measure a new one with both figures' bands")
+    if (why := kept.calibration.unusable_for(protocol)) is not None:
+        raise CalibrationFileError(f"{path} {why}: delete it to measure a new one")
     for field, wanted in scope.items():
         if getattr(kept, field) != wanted:
             raise CalibrationFileError(f"{path} was measured for {field} {getattr(kept, field)!r}, this evaluation "

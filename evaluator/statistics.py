@@ -47,10 +47,21 @@ class NoiseCalibration(BaseModel):
     # the same A/A pairs' TTFA ratios; None in calibrations measured before TTFA could decide a win
     ttfa_ci_low: float | None = None
     ttfa_ci_high: float | None = None
+    # the benchmark settings it was measured under (version.benchmark_protocol); None: before they were recorded
+    protocol: str | None = None
 
     @property
     def bands_first_audio(self) -> bool:
         return self.ttfa_ci_low is not None and self.ttfa_ci_high is not None
+
+    def unusable_for(self, protocol: str) -> str | None:
+        """Why this band cannot judge trials run under `protocol`, or None."""
+        if not self.bands_first_audio:
+            return "was measured before the A/A band of time to first audio was"
+        if self.protocol != protocol:
+            return ("was measured under other benchmark settings (trials, prompts or streaming schedule) or before "
+                    "they were recorded")
+        return None
 
 
 def rel_iqr(values: list[float]) -> float:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from candidates import EngineRepo
-from evaluator import NoiseCalibration, Status, Verdict, judge_version, with_calibration
+from evaluator import NoiseCalibration, Status, Verdict, benchmark_protocol, judge_version, with_calibration
 from knowledge_base import CandidateRecord, CandidateState, KnowledgeStore, RunRecord, RunState
 from targets import Target
 
@@ -221,7 +221,7 @@ class Swarm:
     def _calibration(self, view: RunView) -> NoiseCalibration:
         """The run's A/A band: measured at its first would-be win (a run that never gets one never pays for the
         extra benchmark, and a new run's first candidates start at once), then kept in the run's record."""
-        if (stored := _stored_calibration(view)) is not None:
+        if (stored := _stored_calibration(view, self.target)) is not None:
             return stored
         # its own copy: evaluations in flight read the run's copy of the same engine, which materialising again
         # would replace under them
@@ -288,7 +288,7 @@ class Swarm:
         run_id = view.run.id
         parent = view.parent_for(iteration)
         baseline_dir = self._engine_dir(run_id, parent.id, parent.commit)
-        stored = _stored_calibration(view)
+        stored = _stored_calibration(view, self.target)
         jobs = []
         for c in pending:
             work = run_dir(run_id) / "work" / _dirname(c.id)
@@ -319,7 +319,7 @@ class Swarm:
         if comparison is None or comparison.calibrated:
             return verdict
         view = RunView.load(self.kb, run_id)
-        stored = _stored_calibration(view)
+        stored = _stored_calibration(view, self.target)
         if not comparison.awaits_calibration and stored is None:
             return verdict  # no win either way: not worth the A/A benchmark
         if stored is None:
@@ -370,13 +370,13 @@ def _dirname(engine_id: str) -> str:
     return "e_" + re.sub(r"\W", "_", engine_id)
 
 
-def _stored_calibration(view: RunView) -> NoiseCalibration | None:
-    """The run's A/A band; one measured before it held TTFA's counts as none, so the next would-be win measures
-    it again with both figures' bands."""
+def _stored_calibration(view: RunView, target: Target) -> NoiseCalibration | None:
+    """The run's A/A band; one measured before it held TTFA's, or under other benchmark settings (a target edited
+    between a stop and its resume), counts as none, so the next would-be win measures it again."""
     if not view.run.calibration_json:
         return None
     stored = NoiseCalibration.model_validate_json(view.run.calibration_json)
-    return stored if stored.bands_first_audio else None
+    return stored if stored.unusable_for(benchmark_protocol(target)) is None else None
 
 
 def _rejected_by_another_judge(view: RunView, target: Target) -> set[str]:

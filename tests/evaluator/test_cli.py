@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from evaluator import NoiseCalibration, Status, Verdict
+from evaluator import NoiseCalibration, Status, Verdict, benchmark_protocol
 from evaluator import one_off
 from evaluator.__main__ import main
 from evaluator.sandbox import REFERENCE_DIR, REPO_ROOT
@@ -16,7 +16,7 @@ from tests.evaluator.candidate_factory import build_engine_body, make_candidate
 
 CPU_TARGET = REPO_ROOT / "targets" / "drama3_cpu.yaml"
 BAND = NoiseCalibration(speedup=1.0, ci_low=0.95, ci_high=1.06, rel_iqr=0.02, pairs=15, baseline="ref",
-                        ttfa_ci_low=0.93, ttfa_ci_high=1.08)
+                        ttfa_ci_low=0.93, ttfa_ci_high=1.08, protocol=benchmark_protocol(load_target(CPU_TARGET)))
 
 
 def test_cli_writes_the_verdict(tmp_path, capsys):
@@ -86,6 +86,11 @@ def test_a_kept_calibration_serves_only_its_own_baseline_and_target(tmp_path, ca
     assert main([str(tmp_path), "--target", str(CPU_TARGET), "--baseline", str(other), "--calibration",
                  str(keep)]) == 2
     assert "was measured for baseline" in capsys.readouterr().err
+    other_settings = json.loads(keep.read_text())
+    other_settings["calibration"]["protocol"] = "0123456789ab"  # e.g. before the target's streams overlapped
+    keep.write_text(json.dumps(other_settings))
+    assert main([str(tmp_path), "--target", str(CPU_TARGET), "--calibration", str(keep)]) == 2
+    assert "under other benchmark settings" in capsys.readouterr().err
     older = json.loads(keep.read_text())
     del older["calibration"]["ttfa_ci_low"], older["calibration"]["ttfa_ci_high"]
     keep.write_text(json.dumps(older))

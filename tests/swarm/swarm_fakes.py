@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from evaluator import NoiseCalibration, judge_version
+from evaluator import NoiseCalibration, benchmark_protocol, judge_version
 from evaluator.statistics import decide, threshold
 from evaluator.verdict import BenchResult, Comparison, Evidence, Profile, ProfileRow, PromptFigures, Status, Verdict
 from swarm.agents.base import AgentError, AgentExhausted, BudgetExceeded
@@ -111,7 +111,7 @@ class FakeEvaluator:
 
 def fake_calibrate(baseline_dir: Path, target, *, work_dir: Path, gpu_index=None, secret_seed=None) -> NoiseCalibration:
     return NoiseCalibration(speedup=1.0, ci_low=0.99, ci_high=1.01, rel_iqr=0.01, pairs=4, baseline=str(baseline_dir),
-                            ttfa_ci_low=0.99, ttfa_ci_high=1.01)
+                            ttfa_ci_low=0.99, ttfa_ci_high=1.01, protocol=benchmark_protocol(target))
 
 
 def logged_calibrate(evaluator: FakeEvaluator):

@@ -201,3 +201,23 @@ def test_wall_budget_spent_mid_iteration_cancels_queued_evaluations():
     assert outcome.stop_reason.startswith("wall-clock budget")
     assert len(candidates) == 4 and len(verdicts) == 1  # the other three were never started
     assert [c.state.value for c in candidates[1:]] == ["evaluating"] * 3
+
+
+def test_a_band_measured_under_other_benchmark_settings_is_measured_again():
+    """A target edited between a stop and its resume (here: the streams re-decode 2 frames of left context) gets a
+    new A/A band at its next would-be win: the stored one timed other trials."""
+    measured = []
+
+    def calibrate(*args, **kwargs):
+        measured.append(1)
+        return fake_calibrate(*args, **kwargs)
+
+    plan = {(1, 0): 1.5, (2, 0): 1.5, (3, 0): 1.5}
+    with fake_swarm(small_target(budget={"iterations": 1}), [FakeAgent("a", plan)], calibrate=calibrate) as swarm:
+        run_id = swarm.start().run_id
+    edited = small_target(budget={"iterations": 3}, benchmark={"stream_overlap_frames": 2})
+    for target, bands in ((small_target(budget={"iterations": 2}), 1), (edited, 2)):
+        with fake_swarm(target, [FakeAgent("a", plan)], calibrate=calibrate) as swarm:
+            swarm.resume(run_id)
+            kept = len(swarm.kb.kept_engines(run_id))
+        assert len(measured) == bands and kept == target.budget.iterations  # each iteration kept its win
