@@ -151,9 +151,11 @@ class Cascade:
             evidence = [Evidence(check="stream", prompt=label, frame=f,
                                  message="streamed frames differ from generate's with the same seed")]
         if not evidence and self.schedule.overlap_frames is not None:  # chunks decode windows, not the utterance
+            whole = self._audio(self.candidate, frames[:, 1:].T.contiguous(), deadline)
+            evidence = check_waveform("generate", label, audio, whole, self.tol.stream_max_abs, spf)
             audio = stream_audio(lambda codes: self._audio(self.candidate, codes, deadline), frames, self.schedule,
                                  spf)
-            if audio is None:
+            if not evidence and audio is None:
                 evidence = [Evidence(check="stream", prompt=label, message=(
                     "decode_audio returned no float32 waveform for a stream window"))]
         evidence = evidence or check_waveform("stream", label, audio, run.audio, self.tol.stream_max_abs, spf)

@@ -61,6 +61,15 @@ def test_a_silent_first_chunk_is_caught_with_overlapped_windows(tmp_path):
     assert verdict.evidence[0].check == "stream" and "waveforms differ" in verdict.evidence[0].message
 
 
+@pytest.mark.parametrize("overlap, check", [(None, "stream"), (0, "generate")])
+def test_generate_audio_that_is_not_the_decode_is_caught(overlap, check, tmp_path):
+    """With the whole history a stream must equal generate's audio; with windows generate's audio is held to the
+    whole decode directly."""
+    verdict = judge(cheater(tmp_path, "SilentGenerate"), _overlap(exploit_target(), overlap), tmp_path)
+    assert verdict.status == Status.MISMATCH, verdict.summary
+    assert verdict.evidence[0].check == check and "waveforms differ" in verdict.evidence[0].message
+
+
 def test_a_negative_overlap_is_a_located_target_error(tmp_path):
     path = tmp_path / "t.yaml"
     text = (REPO_ROOT / "targets" / "drama3_cpu.yaml").read_text()
