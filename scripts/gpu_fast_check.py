@@ -47,10 +47,11 @@ from knowledge_base.transforms.retune import retunes
 from reference_runtime.api import SamplingParams, StreamSchedule
 from reference_runtime.bench import bench_requests, measure_trial
 from reference_runtime.config import get_config
+from reference_runtime.frame_bytes import frame_bytes
 from reference_runtime.model import build_engine
 from reference_runtime.prompt import build_rows
 from reference_runtime.teacher_forcing import teacher_forced
-from reference_runtime.weights import init_weights
+from reference_runtime.weights import default_dtype, init_weights
 from swarm.edits import apply_edits
 from swarm.paths import engines_path, kb_path
 from swarm.proposal import FileEdit
@@ -140,6 +141,8 @@ class Report:
     decode_ms_wall: float | None = None
     decode_frames_per_s: float | None = None
     decode_sync_free: bool | None = None
+    frame_gb: float | None = None  # what a decoded frame must read (reference_runtime.frame_bytes)
+    decode_tb_per_s: float | None = None  # frame_gb over the decode step's time
     prompts: dict[str, PromptTiming] = field(default_factory=dict)
     peak_gib: float | None = None
     stages_ms: dict[str, float] = field(default_factory=dict)
@@ -276,6 +279,9 @@ def time_decode(report: Report, engine, config, frames: int) -> None:
     engine.prefill(rows, SamplingParams(), 0)
     report.decode_ms_wall = wall_ms(lambda: [engine.decode_frame() for _ in range(frames)], 1) / frames
     report.decode_frames_per_s = 1e3 / report.decode_ms_events
+    element = torch.empty(0, dtype=default_dtype(config)).element_size()
+    reads = frame_bytes(config, element, context_rows=rows.shape[0] + frames // 2)  # the timed frames' mean
+    report.frame_gb, report.decode_tb_per_s = reads.total / 1e9, reads.total / report.decode_ms_events / 1e9
     if engine.device.type == "cuda":
         sync()
         torch.cuda.set_sync_debug_mode("error")
@@ -454,6 +460,8 @@ def print_table(reports: list[Report]) -> None:
         print(f"{r.engine:<18} {gate:<5} {fmt(err, '8.4f')} {fmt(top1, '6.3f')} {fmt(r.decode_ms_events, '9.3f')} "
               f"{fmt(r.decode_ms_wall, '7.3f')} {fmt(r.decode_frames_per_s, '7.1f')} {r.decode_sync_free!s:>5} "
               f"{fmt(r.peak_gib, '8.1f')}")
+        if r.frame_gb is not None:
+            print(f"    reads {r.frame_gb:.2f} GB a frame: {r.decode_tb_per_s:.2f} TB/s at its decode step")
         for name, t in r.prompts.items():
             print(f"    {name:<10} prefill {t.prefill_ms:8.1f} ms  TTFA {t.ttfa_ms:8.1f} ms  "
                   f"{t.frames_per_s:7.1f} frames/s  RTF {t.rtf:.4f}")

@@ -106,3 +106,5 @@ def test_no_reference_times_the_kept_engine_without_a_gate(tmp_path):
     assert [r["engine"] for r in reports] == ["kept"]
     assert reports[0]["correctness"] == [] and reports[0]["error"] is None
     assert reports[0]["decode_ms_wall"] > 0 and sorted(reports[0]["prompts"]) == ["hello", "sentences", "voice"]
+    assert reports[0]["decode_tb_per_s"] == pytest.approx(reports[0]["frame_gb"] / reports[0]["decode_ms_events"])
+    assert "GB a frame:" in done.stdout
