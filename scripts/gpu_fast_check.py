@@ -129,6 +129,9 @@ class PromptTiming:
     ttfa_ms: float  # medians over the streamed trials
     frames_per_s: float
     rtf: float
+    # a stream's time past its first audio and its other frames' decode steps (report.decode_ms_events each): the
+    # codec's later windows, the audio chunks' handover, the EOS checks; None without a decode timing
+    beyond_decode_ms: float | None = None
 
 
 @dataclass
@@ -328,10 +331,12 @@ def time_streams(engines: list[tuple[Report, object]], config, frames: int, tria
                 trial(report, engine, warm_up=False)
         for report, _ in timed:
             got = results[report.engine]
+            beyond = None if report.decode_ms_events is None else statistics.median(
+                r.total_s * 1e3 - r.ttfa_ms - (r.num_frames - 1) * report.decode_ms_events for r in got)
             report.prompts[name] = PromptTiming(statistics.median(prefills[report.engine]),
                                                 statistics.median(r.ttfa_ms for r in got),
                                                 statistics.median(r.frames_per_s for r in got),
-                                                statistics.median(r.rtf for r in got))
+                                                statistics.median(r.rtf for r in got), beyond)
 
 
 def codec_stages(report: Report, engine, config) -> None:
@@ -463,8 +468,9 @@ def print_table(reports: list[Report]) -> None:
         if r.frame_gb is not None:
             print(f"    reads {r.frame_gb:.2f} GB a frame: {r.decode_tb_per_s:.2f} TB/s at its decode step")
         for name, t in r.prompts.items():
+            beyond = "" if t.beyond_decode_ms is None else f"  beyond decode {t.beyond_decode_ms:6.1f} ms"
             print(f"    {name:<10} prefill {t.prefill_ms:8.1f} ms  TTFA {t.ttfa_ms:8.1f} ms  "
-                  f"{t.frames_per_s:7.1f} frames/s  RTF {t.rtf:.4f}")
+                  f"{t.frames_per_s:7.1f} frames/s  RTF {t.rtf:.4f}{beyond}")
         if r.stages_ms:
             print("    stages ms: " + ", ".join(f"{k}={v:.3f}" for k, v in r.stages_ms.items()))
         for kernel, ms, calls in r.kernels:

@@ -107,4 +107,5 @@ def test_no_reference_times_the_kept_engine_without_a_gate(tmp_path):
     assert reports[0]["correctness"] == [] and reports[0]["error"] is None
     assert reports[0]["decode_ms_wall"] > 0 and sorted(reports[0]["prompts"]) == ["hello", "sentences", "voice"]
     assert reports[0]["decode_tb_per_s"] == pytest.approx(reports[0]["frame_gb"] / reports[0]["decode_ms_events"])
-    assert "GB a frame:" in done.stdout
+    assert "GB a frame:" in done.stdout and "beyond decode" in done.stdout
+    assert all(p["beyond_decode_ms"] is not None for p in reports[0]["prompts"].values())
