@@ -220,12 +220,11 @@ def _retunes(context: ProposalContext) -> list[_Choice]:
     kernels = {c.transform.name: template_kernels(c.transform) for c in found}
     # a kernel name in several transforms' files (the decode and prefill MoE kernels) splits its time among them
     claims = Counter(k for names in kernels.values() for k in names)
-    profiled_ms = {t: sum(context.parent_kernels.get(k, 0.0) / claims[k] for k in names)
-                   for t, names in kernels.items()}
+    # a frame-wide knob (a stream priority) has every kernel of the frame in its reach
     frame_ms = sum(context.parent_kernels.values())
-    for c in found:
-        if c.transform.knobs.frame_wide:  # e.g. a stream priority: every kernel of the frame is in its reach
-            profiled_ms[c.transform.name] = frame_ms
+    profiled_ms = {t: frame_ms if TRANSFORMS[t].knobs.frame_wide else
+                   sum(context.parent_kernels.get(k, 0.0) / claims[k] for k in names)
+                   for t, names in kernels.items()}
     return sorted(found, key=lambda c: -profiled_ms[c.transform.name])  # stable: ties keep the prior order
 
 
