@@ -52,9 +52,8 @@ from reference_runtime.model import build_engine
 from reference_runtime.prompt import build_rows
 from reference_runtime.teacher_forcing import teacher_forced
 from reference_runtime.weights import default_dtype, init_weights
-from swarm.edits import apply_edits
+from swarm.edits import apply_edits, patch_edits
 from swarm.paths import engines_path, kb_path
-from swarm.proposal import FileEdit
 from targets.schema import load_target
 
 # engine name -> transforms applied in order to the reference package, with parameter overrides
@@ -166,7 +165,7 @@ def recipe_files(steps: tuple[tuple[str, dict], ...], files: dict[str, str] | No
     for transform_name, overrides in steps:
         transform = TRANSFORMS[transform_name]
         patches = transform.apply(files, next(transform.variants()) | overrides)
-        files = apply_edits(files, [FileEdit(path=p.path, search=p.search, replace=p.replace) for p in patches])
+        files = apply_edits(files, patch_edits(patches))
     return files
 
 
@@ -185,7 +184,7 @@ def plus_files(files: dict[str, str], items: list[str]) -> dict[str, str]:
                 sys.exit(f"--kept-plus: {item}: the engine lacks the transform's params file, or {knob}={value} is "
                          f"its current value or outside its space {TRANSFORMS[name].space.get(knob)}")
             patch = found[0].patch
-            files = apply_edits(files, [FileEdit(path=patch.path, search=patch.search, replace=patch.replace)])
+            files = apply_edits(files, patch_edits([patch]))
             continue
         if not item.startswith("renew:"):
             try:
@@ -197,7 +196,7 @@ def plus_files(files: dict[str, str], items: list[str]) -> dict[str, str]:
         if found is None:
             sys.exit(f"--kept-plus: {item}: the engine has today's files already, lacks the transform, or "
                      "waits for the renewal of a file it imports (renew that one first)")
-        files = apply_edits(files, [FileEdit(path=p.path, search=p.search, replace=p.replace) for p in found.patches])
+        files = apply_edits(files, patch_edits(found.patches))
     return files
 
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 import ast
 import difflib
 import re
+from collections.abc import Iterable
 from pathlib import PurePosixPath
+from typing import Protocol
 
 from .proposal import FileEdit
 
@@ -17,6 +19,19 @@ SEARCH_MARK = "<<<<<<< SEARCH"
 DIVIDER = "======="
 REPLACE_MARK = ">>>>>>> REPLACE"
 _FENCE = re.compile(r"^\s*```")
+
+
+class PatchLike(Protocol):
+    """A transform's edit (knowledge_base.transforms.base.Patch): the same three fields as a FileEdit."""
+
+    path: str
+    search: str
+    replace: str
+
+
+def patch_edits(patches: Iterable[PatchLike]) -> list[FileEdit]:
+    """A transform's patches as edits, for the same strict path as an agent's."""
+    return [FileEdit(path=p.path, search=p.search, replace=p.replace) for p in patches]
 
 
 class EditError(ValueError):

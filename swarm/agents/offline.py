@@ -42,7 +42,7 @@ from knowledge_base.transforms.renew import RENEW, Renewal, renewal
 from knowledge_base.transforms.base import template_kernels
 from knowledge_base.transforms.retune import RETUNE, retunes
 
-from ..edits import EditError, apply_edits
+from ..edits import EditError, apply_edits, patch_edits
 from ..proposal import FileEdit, Lesson, Proposal, ProposalContext
 from .base import AgentExhausted
 
@@ -201,8 +201,7 @@ def _renewals(context: ProposalContext) -> list[_Choice]:
 
 
 def _renewal_choice(r: Renewal) -> _Choice:
-    return _Choice(r.transform, r.params, [FileEdit(path=p.path, search=p.search, replace=p.replace)
-                                           for p in r.patches], RENEW)
+    return _Choice(r.transform, r.params, patch_edits(r.patches), RENEW)
 
 
 def _retunes(context: ProposalContext) -> list[_Choice]:
@@ -212,8 +211,7 @@ def _retunes(context: ProposalContext) -> list[_Choice]:
     found = []
     for transform in _lineage(context):
         for r in retunes(transform, context.parent_files):
-            choice = _Choice(r.transform, {r.param: r.value},
-                             [FileEdit(path=r.patch.path, search=r.patch.search, replace=r.patch.replace)], RETUNE)
+            choice = _Choice(r.transform, {r.param: r.value}, patch_edits([r.patch]), RETUNE)
             if _fresh(choice, context, banned):
                 found.append(choice)
     # the transforms with a retune still have their params file: retired ones (triton_fp8_moe) claim no kernels
@@ -350,7 +348,7 @@ def _stack(transforms: list[Transform], files: dict[str, str], banned: str) -> l
 def _edits(transform: Transform, params: Params, files: dict[str, str]) -> list[FileEdit] | None:
     """The transform's edits for `files`, checked through the strict apply path; None if they do not apply."""
     try:
-        edits = [FileEdit(path=p.path, search=p.search, replace=p.replace) for p in transform.apply(files, params)]
+        edits = patch_edits(transform.apply(files, params))
         apply_edits(files, edits)
     except (NotApplicable, EditError):
         return None

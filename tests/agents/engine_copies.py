@@ -18,8 +18,7 @@ from reference_runtime.config import get_config
 from reference_runtime.prompt import build_rows
 from reference_runtime.teacher_forcing import ForcedLogits, teacher_forced
 from reference_runtime.weights import init_weights
-from swarm.edits import apply_edits
-from swarm.proposal import FileEdit
+from swarm.edits import apply_edits, patch_edits
 
 TINY = get_config("drama3-tiny")
 CPU = torch.device("cpu")
@@ -65,7 +64,7 @@ def transformed(files: dict[str, str], *steps: tuple[str, dict]) -> dict[str, st
     """`files` after each (transform name, params) step, applied through the strict edit path."""
     for name, params in steps:
         patches = TRANSFORMS[name].apply(files, params)
-        files = apply_edits(files, [FileEdit(path=p.path, search=p.search, replace=p.replace) for p in patches])
+        files = apply_edits(files, patch_edits(patches))
     return files
 
 

@@ -18,8 +18,7 @@ from reference_runtime.model import build_engine
 from reference_runtime.prompt import build_rows
 from reference_runtime.teacher_forcing import teacher_forced
 from reference_runtime.weights import init_weights
-from swarm.edits import apply_edits
-from swarm.proposal import FileEdit
+from swarm.edits import apply_edits, patch_edits
 from targets.schema import ToleranceSpec, load_target
 
 REPO = Path(__file__).resolve().parents[2]
@@ -55,7 +54,7 @@ def load_transformed(steps: list[tuple[Transform, Params]], root: Path):
     files = engine_files(REFERENCE)
     for transform, overrides in steps:
         patches = transform.apply(files, next(transform.variants()) | overrides)
-        files = apply_edits(files, [FileEdit(path=p.path, search=p.search, replace=p.replace) for p in patches])
+        files = apply_edits(files, patch_edits(patches))
     name = f"gpu_engine_{next(_counter)}"
     write_files(files, root / name)
     return importlib.import_module(name)

@@ -10,8 +10,7 @@ from knowledge_base.transforms import TRANSFORMS
 from knowledge_base.transforms.base import literal
 from knowledge_base.transforms.renew import renewal, template_version
 from knowledge_base.transforms.retune import retunes
-from swarm.edits import apply_edits
-from swarm.proposal import FileEdit
+from swarm.edits import apply_edits, patch_edits
 
 REFERENCE = Path(__file__).resolve().parents[2] / "reference_runtime" / "model"
 # every transform with knobs, each after its prerequisites; triton_moe_fused after the others: it retires
@@ -23,7 +22,7 @@ STACK = ["cuda_graph_frame", "triton_fp8_moe", "triton_prefill_moe", "triton_pre
 
 
 def _apply(files: dict[str, str], patches) -> dict[str, str]:
-    return apply_edits(files, [FileEdit(path=p.path, search=p.search, replace=p.replace) for p in patches])
+    return apply_edits(files, patch_edits(patches))
 
 
 def test_the_stack_covers_every_tunable_transform():

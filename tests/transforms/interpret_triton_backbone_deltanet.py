@@ -31,8 +31,7 @@ from knowledge_base.transforms.cuda_graph_frame import cuda_graph_frame
 from knowledge_base.transforms.triton_backbone_deltanet import triton_backbone_deltanet
 from knowledge_base.transforms.triton_tower import triton_tower
 from reference_runtime.config import get_config
-from swarm.edits import apply_edits
-from swarm.proposal import FileEdit
+from swarm.edits import apply_edits, patch_edits
 
 pytest.importorskip("triton")
 assert os.environ.get("TRITON_INTERPRET") == "1", "run through test_triton_interpreter.py (TRITON_INTERPRET=1)"
@@ -73,7 +72,7 @@ def _package(tmp_path, tiles: str):
     files = engine_files(REFERENCE)
     for t, overrides in ((cuda_graph_frame, {}), (triton_tower, tower), (triton_backbone_deltanet, deltanet)):
         patches = t.apply(files, next(t.variants()) | overrides)
-        files = apply_edits(files, [FileEdit(path=p.path, search=p.search, replace=p.replace) for p in patches])
+        files = apply_edits(files, patch_edits(patches))
     return load(files, tmp_path)
 
 

@@ -22,8 +22,7 @@ from reference_runtime.config import get_config
 from reference_runtime.fp8 import FP8_DTYPE, quantize_blocks
 from reference_runtime.model import build_engine
 from reference_runtime.weights import init_weights
-from swarm.edits import apply_edits
-from swarm.proposal import FileEdit
+from swarm.edits import apply_edits, patch_edits
 
 triton = pytest.importorskip("triton")
 tl = triton.language
@@ -72,7 +71,7 @@ def split_down(tmp_path_factory):
     """The kernels with one expert per down-projection program (down_slots=1)."""
     graph = transformed(engine_files(REFERENCE), [cuda_graph_frame])
     patches = triton_fp8_moe.apply(graph, next(triton_fp8_moe.variants()) | {"down_slots": 1})
-    files = apply_edits(graph, [FileEdit(path=p.path, search=p.search, replace=p.replace) for p in patches])
+    files = apply_edits(graph, patch_edits(patches))
     return importlib.import_module(f"{load(files, tmp_path_factory.mktemp('split')).__name__}.triton_moe")
 
 

@@ -25,8 +25,7 @@ from reference_runtime.api import TTSRequest
 from reference_runtime.config import get_config
 from reference_runtime.model import build_engine
 from reference_runtime.weights import init_weights
-from swarm.edits import apply_edits
-from swarm.proposal import FileEdit
+from swarm.edits import apply_edits, patch_edits
 
 pytest.importorskip("triton")
 assert os.environ.get("TRITON_INTERPRET") == "1", "run through test_triton_interpreter.py (TRITON_INTERPRET=1)"
@@ -51,8 +50,7 @@ def packages(tmp_path_factory):
     blocks = {}
     for tiles, overrides in (("default", {}), ("small", SMALL)):
         params = next(triton_moe_block.variants()) | overrides
-        files = apply_edits(base, [FileEdit(path=p.path, search=p.search, replace=p.replace)
-                                   for p in triton_moe_block.apply(base, params)])
+        files = apply_edits(base, patch_edits(triton_moe_block.apply(base, params)))
         blocks[tiles] = importlib.import_module(f"{load(files, root).__name__}.moe_block")
     return load(_stack(["cuda_graph_frame"]), root), blocks
 

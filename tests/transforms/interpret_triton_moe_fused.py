@@ -24,8 +24,7 @@ from reference_runtime.config import get_config
 from reference_runtime.fp8 import quantize_blocks
 from reference_runtime.model import build_engine
 from reference_runtime.weights import init_weights
-from swarm.edits import apply_edits
-from swarm.proposal import FileEdit
+from swarm.edits import apply_edits, patch_edits
 
 triton = pytest.importorskip("triton")
 tl = triton.language
@@ -54,8 +53,7 @@ def small_tiles(tmp_path_factory):
     """The kernels with tiles smaller than the test shapes: several unrolled chunks per reduction."""
     base = transformed(engine_files(REFERENCE), BASE)
     params = next(triton_moe_fused.variants()) | SMALL
-    files = apply_edits(base, [FileEdit(path=p.path, search=p.search, replace=p.replace)
-                                for p in triton_moe_fused.apply(base, params)])
+    files = apply_edits(base, patch_edits(triton_moe_fused.apply(base, params)))
     return importlib.import_module(f"{load(files, tmp_path_factory.mktemp('small')).__name__}.fused_moe")
 
 

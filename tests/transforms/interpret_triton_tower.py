@@ -26,8 +26,7 @@ from reference_runtime.api import TTSRequest
 from reference_runtime.config import get_config
 from reference_runtime.model import build_engine
 from reference_runtime.weights import init_weights
-from swarm.edits import apply_edits
-from swarm.proposal import FileEdit
+from swarm.edits import apply_edits, patch_edits
 
 triton = pytest.importorskip("triton")
 tl = triton.language
@@ -87,8 +86,7 @@ def packages(tmp_path_factory):
     """(cuda_graph_frame alone: the torch tower step, its triton_tower module, that module with SMALL tiles)."""
     root, graph = tmp_path_factory.mktemp("pkg"), transformed(engine_files(REFERENCE), [cuda_graph_frame])
     fast = load(transformed(graph, [triton_tower]), root)
-    small = apply_edits(graph, [FileEdit(path=p.path, search=p.search, replace=p.replace)
-                                for p in triton_tower.apply(graph, next(triton_tower.variants()) | SMALL)])
+    small = apply_edits(graph, patch_edits(triton_tower.apply(graph, next(triton_tower.variants()) | SMALL)))
     kernels = [importlib.import_module(f"{p.__name__}.triton_tower") for p in (fast, load(small, root))]
     return load(graph, root), fast, kernels
 

@@ -23,8 +23,7 @@ from reference_runtime.model.codec import Codec
 from reference_runtime.prompt import build_rows
 from reference_runtime.teacher_forcing import teacher_forced
 from reference_runtime.weights import codec_dtype, init_weights
-from swarm.edits import apply_edits
-from swarm.proposal import FileEdit
+from swarm.edits import apply_edits, patch_edits
 
 CFG = get_config("drama3-tiny")
 REFERENCE = Path(__file__).resolve().parents[2] / "reference_runtime" / "model"
@@ -35,7 +34,7 @@ _counter = itertools.count()
 def transformed(files: dict[str, str], transforms) -> dict[str, str]:
     for transform in transforms:
         patches = transform.apply(files, next(transform.variants()))
-        files = apply_edits(files, [FileEdit(path=p.path, search=p.search, replace=p.replace) for p in patches])
+        files = apply_edits(files, patch_edits(patches))
     return files
 
 
