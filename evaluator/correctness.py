@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from reference_runtime.api import ROW_WIDTH, TTSRequest
+from reference_runtime.api import ROW_WIDTH, TTSRequest, frame_codes
 from reference_runtime.config import Drama3Config, get_config
 from reference_runtime.prompt import build_rows
 from reference_runtime.tokenizer import load_tokenizer
@@ -91,7 +91,7 @@ class Cascade:
         stats = [self.teacher_forced(label, r, g["frames"], deadline)
                  for label, r, g in zip(labels, requests, oracle_runs)]
         for label, g in zip(labels, oracle_runs):
-            self.codec_parity(label, g["frames"][:, 1:].T.contiguous(), g["audio"], deadline)
+            self.codec_parity(label, frame_codes(g["frames"]), g["audio"], deadline)
         free_running = [self.free_running_and_stream(label, r, g["frames"], deadline)
                         for label, r, g in zip(labels, requests, oracle_runs)]
         level = AudioLevel.of(torch.cat([g["audio"] for g in oracle_runs]), self.config.codec.frame_samples)
@@ -151,7 +151,7 @@ class Cascade:
             evidence = [Evidence(check="stream", prompt=label, frame=f,
                                  message="streamed frames differ from generate's with the same seed")]
         if not evidence and self.schedule.overlap_frames is not None:  # chunks decode windows, not the utterance
-            whole = self._audio(self.candidate, frames[:, 1:].T.contiguous(), deadline)
+            whole = self._audio(self.candidate, frame_codes(frames), deadline)
             evidence = check_waveform("generate", label, audio, whole, self.tol.stream_max_abs, spf)
             audio = stream_audio(lambda codes: self._audio(self.candidate, codes, deadline), frames, self.schedule,
                                  spf)

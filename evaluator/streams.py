@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from reference_runtime.api import ROW_WIDTH, StreamSchedule, TTSRequest
+from reference_runtime.api import ROW_WIDTH, StreamSchedule, TTSRequest, frame_codes
 from reference_runtime.config import Drama3Config
 from targets.schema import BenchmarkSpec
 
@@ -59,7 +59,7 @@ def stream_audio(decode: Callable[[torch.Tensor], torch.Tensor | None], frames: 
     """The audio an honest stream of `frames` (n, 11) carries under `schedule`, from `decode` (codes (10, m) ->
     waveform): the whole decode when each chunk re-decodes the whole history, else each chunk's window (its frames
     and up to overlap_frames before them) decoded and cut to the chunk. None where a decode gave no 1-D waveform."""
-    codes = frames[:, 1:].T.contiguous()
+    codes = frame_codes(frames)
     if schedule.overlap_frames is None:
         return decode(codes)
     parts, start = [], 0

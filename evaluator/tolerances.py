@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 import torch
 import yaml
 
-from reference_runtime.api import Weights
+from reference_runtime.api import Weights, frame_codes
 from reference_runtime.checkpoint import model_weights
 from reference_runtime.model import build_engine
 from reference_runtime.prompt import build_rows
@@ -102,7 +102,7 @@ def measure(target: Target, prompts: int, frames: int, seed: int) -> Distances:
         top1, top5 = min(top1, stats.top1), min(top5, stats.top5)
         atol_twice = max(atol_twice, *(float((2 * (a - r).abs() - tol.logit_rtol * r.abs()).max())
                                          for r, a in zip(per_codebook(config, ref), per_codebook(config, alt))))
-        codes = generated.frames[:, 1:].T.contiguous()
+        codes = frame_codes(generated.frames)
         wave_err = max(wave_err, float((engines[1].decode_audio(codes) - engines[0].decode_audio(codes)).abs().max()))
     admitted &= not codec_perturbed or wave_err <= tol.waveform_max_abs
     return Distances(precision=precision, prompts=prompts, frames=frames, logit_max_abs=logit_err,

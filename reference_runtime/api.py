@@ -40,6 +40,11 @@ Weights = dict[str, torch.Tensor]
 ROW_WIDTH = 11  # main token + 10 codebooks
 
 
+def frame_codes(frames: torch.Tensor) -> torch.Tensor:
+    """Frames (n, ROW_WIDTH) -> the codec's input codes (10, n), contiguous."""
+    return frames[:, 1:].T.contiguous()
+
+
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
     """Main-token draw (temperature/top-p/top-k, keeping the top-p crossing token) with the RAS guard;
