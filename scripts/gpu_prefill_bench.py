@@ -9,8 +9,8 @@ The block layout kernel, one program per layer, took another 0.9 ms, and the tok
 This times the gate|up and down GEMMs per layer for each tile set (the transform's knobs, and num_stages, which
 it leaves to Triton) over 8 layers' own expert stacks captured in one CUDA graph, so that no layer's weights
 come from L2, with random top-8 routing as the random-weight router gives; it prints ms per layer and the TB/s of
-the used experts' bytes, fastest first, the transform's defaults marked. Then the layout kernel alone by warps,
-chunk width and blocks per pass; then the delta rule by value columns per program and warps (one warp and
+the used experts' bytes, fastest first, the transform's defaults marked. Then the layout kernel alone by warps
+and chunk width; then the delta rule by value columns per program and warps (one warp and
 narrow tiles: its two per-token reductions over the key dim become warp shuffles with no block barrier), over
 8 layers' states per graph. Nothing here decides anything: it says which tiles to give the defaults. Needs CUDA.
 """
@@ -195,8 +195,8 @@ def _delta_rule(started: float, budget_s: float) -> list[DeltaRow]:
 
 
 def _layout(grouped, experts: torch.Tensor) -> None:
-    """The block layout kernel alone (one program): us per launch by warps, chunk width and blocks per owner pass
-    (the transform launches 4 warps, chunks of 1024 and 8192 // bins owners)."""
+    """The block layout kernel alone (one program): us per launch by warps and chunk width (the transform launches
+    4 warps and chunks of 1024)."""
     flat = experts.flatten()
     bm = grouped.BLOCK_M
     num_blocks = -(-flat.numel() // bm) + min(CFG.num_experts, flat.numel())
@@ -204,10 +204,10 @@ def _layout(grouped, experts: torch.Tensor) -> None:
     cursor = torch.empty(bins, dtype=torch.int32, device=DEVICE)
     slots = torch.empty(num_blocks * bm, dtype=torch.int32, device=DEVICE)
     owners = torch.empty(num_blocks, dtype=torch.int32, device=DEVICE)
-    for warps, chunk, per_pass in itertools.product((4, 8, 16), (1024, 4096), (8192, 32768)):
+    for warps, chunk in itertools.product((4, 8, 16), (1024, 2048, 4096)):
         us = graph_ms(lambda: grouped._layout_kernel[(1,)](flat, cursor, slots, owners, flat.numel(), num_blocks, bins,
-                                                            bm, chunk, max(1, per_pass // bins), num_warps=warps), 50)
-        print(f"  layout num_warps={warps:2} chunk={chunk:5} owners={max(1, per_pass // bins):3}: {us * 1000:6.1f} us")
+                                                            bm, chunk, num_warps=warps), 50)
+        print(f"  layout num_warps={warps:2} chunk={chunk:5}: {us * 1000:6.1f} us")
 
 
 if __name__ == "__main__":

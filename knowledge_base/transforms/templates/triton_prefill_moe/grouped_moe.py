@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 from .fp8_bits import fp8_e4m3
-from .grouped_moe_params import BLOCK_M, BLOCK_N, NUM_WARPS
+from .grouped_moe_params import BLOCK_M, BLOCK_N, NUM_STAGES, NUM_WARPS
 
 
 @triton.jit
@@ -80,10 +80,12 @@ def _down_kernel(h_ptr, pairs_ptr, experts_ptr, top_ptr, w_ptr, s_ptr, y_ptr, H:
 
 @triton.jit
 def _layout_kernel(experts_ptr, cursor_ptr, slot_pairs_ptr, block_experts_ptr, pairs, num_blocks, E: tl.constexpr,
-                   BM: tl.constexpr, CHUNK: tl.constexpr, OWNERS: tl.constexpr):
+                   BM: tl.constexpr, CHUNK: tl.constexpr):
     """One program lays the pairs out: each expert's pairs fill ceil(count / BM) consecutive blocks, the experts'
     runs in id order. A pair's slot in its expert's run is a ticket from an atomic counter, not its rank in a sort:
-    each row of a tl.dot is its own sum, so the order of the pairs inside a run changes no result."""
+    each row of a tl.dot is its own sum, so the order of the pairs inside a run changes no result. The program runs
+    its steps one after another, so each is a few wide passes: the block owners are written expert-parallel, one
+    pass per block of the longest run (1-2 at prompt sizes), not by comparing every block with every run's end."""
     # while loops, not range(pairs): Triton 3.6's interpreter (the CPU tests) cannot index a runtime int
     experts = tl.arange(0, E)
     counts = tl.zeros((E,), tl.int32)
@@ -102,13 +104,18 @@ def _layout_kernel(experts_ptr, cursor_ptr, slot_pairs_ptr, block_experts_ptr, p
         offs = start + tl.arange(0, CHUNK)
         tl.store(slot_pairs_ptr + offs, -1, mask=offs < num_blocks * BM)
         start += CHUNK
-    start = 0
+    own = runs // BM
+    firsts = (ends - runs) // BM
+    longest = tl.max(own, 0)
+    j = 0
+    while j < longest:
+        tl.store(block_experts_ptr + firsts + j, experts, mask=j < own)
+        j += 1
+    start = used // BM
     while start < num_blocks:
-        blocks = start + tl.arange(0, OWNERS)
-        first = blocks * BM
-        owner = tl.sum((ends[None, :] <= first[:, None]).to(tl.int32), axis=1)  # runs ending at or before it
-        tl.store(block_experts_ptr + blocks, tl.where(first < used, owner, -1), mask=blocks < num_blocks)
-        start += OWNERS
+        blocks = start + tl.arange(0, CHUNK)
+        tl.store(block_experts_ptr + blocks, -1, mask=blocks < num_blocks)
+        start += CHUNK
     tl.debug_barrier()  # the run starts and the -1 fill are stored before a ticket is taken or a slot written
     start = 0
     while start < pairs:
@@ -146,8 +153,7 @@ def _blocks(experts: torch.Tensor, num_experts: int, bm: int) -> tuple[torch.Ten
     cursor = torch.empty(bins, dtype=torch.int32, device=flat.device)
     slot_pairs = torch.empty(num_blocks * bm, dtype=torch.int32, device=flat.device)
     block_experts = torch.empty(num_blocks, dtype=torch.int32, device=flat.device)
-    _layout_kernel[(1,)](flat, cursor, slot_pairs, block_experts, pairs, num_blocks, bins, bm, 1024,
-                         max(1, 8192 // bins), num_warps=4)
+    _layout_kernel[(1,)](flat, cursor, slot_pairs, block_experts, pairs, num_blocks, bins, bm, 1024, num_warps=4)
     return slot_pairs, block_experts
 
 
@@ -174,10 +180,10 @@ def grouped_fp8_experts(x: torch.Tensor, weights: torch.Tensor, experts: torch.T
     grid = (block_experts.numel(),)
     _gate_up_kernel[grid + (inter // bn,)](x, slot_pairs, block_experts, gate_up.view(torch.uint8), gate_up_scale,
                                            hidden, k, H, inter, block, BLOCK_M, bn, native, ieee,
-                                           num_warps=NUM_WARPS)
+                                           num_warps=NUM_WARPS, num_stages=NUM_STAGES)
     _down_kernel[grid + (H // bn,)](hidden, slot_pairs, block_experts, weights.contiguous().view(-1),
                                     down.view(torch.uint8), down_scale, y, H, inter, block, BLOCK_M, bn, native, ieee,
-                                    num_warps=NUM_WARPS)
+                                    num_warps=NUM_WARPS, num_stages=NUM_STAGES)
     out = torch.empty((T, H), dtype=torch.float32, device=x.device)
     bh = min(1024, triton.next_power_of_2(H))
     _combine_kernel[(T, triton.cdiv(H, bh))](y, experts.contiguous(), out, H, k, bh)
