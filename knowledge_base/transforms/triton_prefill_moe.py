@@ -32,18 +32,17 @@ KNOBS = Knobs("grouped_moe_params.py", "triton_prefill_moe", {
     "block_m": "(token, slot) pairs per block; an expert with fewer pairs pads its block",
     "block_n": "output columns per program (at most the FP8 block)",
     "num_warps": "",
-    "num_stages": "software-pipelined loads in flight per program: the expert tiles stream from HBM",
 })
 
 
 def _apply(files: Files, params: Params) -> list[Patch]:
-    bm, bn, warps, stages = (int(params[name]) for name in ("block_m", "block_n", "num_warps", "num_stages"))
-    if any(v & (v - 1) for v in (bm, bn, warps)) or min(bm, bn) < 16 or not 1 <= stages <= 8:
+    bm, bn, warps = int(params["block_m"]), int(params["block_n"]), int(params["num_warps"])
+    if any(v & (v - 1) for v in (bm, bn, warps)) or min(bm, bn) < 16:
         raise ValueError(f"triton_prefill_moe: block_m ({bm}), block_n ({bn}) and num_warps ({warps}) must be powers "
-                         f"of two, the blocks at least 16 (tl.dot's smallest tile), num_stages ({stages}) 1 to 8")
+                         "of two, the blocks at least 16 (tl.dot's smallest tile)")
     return [
         *template_files(files, "triton_prefill_moe"), *template_files(files, "fp8_triton"),
-        KNOBS.patch({"block_m": bm, "block_n": bn, "num_warps": warps, "num_stages": stages}),
+        KNOBS.patch({"block_m": bm, "block_n": bn, "num_warps": warps}),
         replace_once(files, MOE, _CALL, """\
         weights, experts = self.route(x)
         if x.is_cuda or os.environ.get("TRITON_INTERPRET") == "1":  # Triton is imported only where it can run
@@ -68,8 +67,7 @@ triton_prefill_moe = Transform(
     knobs=KNOBS,
     templates=("triton_prefill_moe", "fp8_triton"),
     apply=_apply,
-    # num_stages 3 is what Triton picked before it was a knob
-    space={"block_m": (16, 32, 64), "block_n": (64, 128, 32), "num_warps": (4, 8), "num_stages": (3, 4, 2, 5)},
+    space={"block_m": (16, 32, 64), "block_n": (64, 128, 32), "num_warps": (4, 8)},
     lesson="The eager MoE loops over up to 256 active experts per layer with a per-call FP8 dequantisation and a "
            "host sync, which is most of the time to first audio at full size. Grouping pairs by expert keeps the "
            "bytes read near one pass over the used experts; block_m trades padding (short prompts: most experts "
