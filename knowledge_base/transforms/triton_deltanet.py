@@ -77,16 +77,17 @@ triton_deltanet = Transform(
     # fastest first on H200 at full dims. The chunked form is slower there at prompt sizes (session 12,
     # docs/measurements/2026-12-04_h200_s12_chunked_delta_rule.log, one layer's call in a 256-row bucket with 209
     # valid rows: recurrent 165 us, chunk_rows 64 648 us, 32 1125 us), so it comes last and 32 is not offered
-    # One warp on 8 value columns: its two per-token reductions over the key dim stay inside the warp (shuffles, no
-    # block barrier): 84.4 us per layer at the voice prompt's 209 rows and 22.8 at hello's 52, where 16 columns on 2
-    # warps took 96.2 and 25.1 (H200, scripts/gpu_prefill_bench.py, session 23); 4 columns or more warps were slower
-    space={"block_v": (8, 16, 32, 64), "num_warps": (1, 2, 4, 8), "chunk_rows": (0, 64)},
+    # One warp on 8 value columns was 12% faster than 16 on 2 in an isolated bench on the H200 (84 vs 96 us at 209
+    # rows, scripts/gpu_prefill_bench.py, session 23) but 7% slower inside the graphed prefill on an H100 (3.34 vs
+    # 3.12 ms over 30 layers, docs/measurements/2026-12-05_h100_s23_renewals_fast_check.log): not the default; each
+    # alone (8 columns on 2 warps, 16 on 1) was slower in the bench, so neither is offered as a retune
+    space={"block_v": (16, 32, 64), "num_warps": (2, 4, 8), "chunk_rows": (0, 64)},
     lesson="The reference runs the recurrence token by token: a prefill of T rows is T sequential rounds of tiny "
            "ops per DeltaNet layer, launch-bound (H200, full dims: ~30 ms per layer at 209 rows, ~1 s over the "
            "30 layers); the kernel makes it one launch (~0.16 ms, ~0.75 us per token of sequential latency), so it "
            "pays most on the first-chunk latency of long prompts (voice references). In the graph-captured decode "
            "step it turns ~6 ops per DeltaNet layer into one kernel (15.7 -> 2.5 us), ~3% of a 12 ms frame. "
-           "Small block_v (more programs, fewer state registers each) on one warp was fastest. The recurrent "
+           "Small block_v (more programs, fewer state registers each) and 2 warps were fastest. The recurrent "
            "kernel's prefill is still T sequential steps (~5 ms over 30 layers at 209 rows on the H200, ~0.8 us "
            "a token); chunk_rows > 0 runs calls of that many tokens or more in the chunked (WY) form instead: "
            "every chunk's factors in parallel, then T / chunk_rows sequential steps of fp32 tile products. On "

@@ -2,9 +2,7 @@
 value dim) keeps its (dk, BV) fp32 state tile in registers across all T tokens, so a prefill is one launch
 instead of T rounds of small torch ops, and a decode step (T = 1) one launch instead of ~6. The value columns of
 the state evolve independently (each column's update reads only k, its own v entry and itself), which is what
-lets the value dim split across programs; narrow slices on one warp keep each token's two reductions over the
-key dim inside the warp, which is what sets the per-token latency of this serial loop. T is a runtime argument:
-one compiled kernel serves every length.
+lets the value dim split across programs. T is a runtime argument: one compiled kernel serves every length.
 An optional device scalar `valid` stops the recurrence after that many tokens, so a prefill padded to a CUDA
 graph's row bucket (cuda_graph_prefill) neither advances the state over the padding nor spends time on it.
 
