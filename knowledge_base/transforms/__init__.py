@@ -1,7 +1,7 @@
 """The offline proposer's optimisation transforms for the Drama 3 engine package, by name."""
 from __future__ import annotations
 
-from .attention import gqa_sdpa, rope_tables
+from .attention import fused_sdpa, gqa_sdpa, rope_tables
 from .base import NotApplicable, Params, Patch, Transform
 from .caches import static_caches
 from .cuda import compile_tower, cuda_graph_backbone
@@ -36,7 +36,7 @@ ALL: tuple[Transform, ...] = (fp8_dequant_at_build, moe_dispatch, rope_tables, g
                               triton_sampling, triton_tower, triton_backbone_attention,
                               triton_backbone_deltanet, triton_moe_block, codec_overlap,
                               inductor_codec, triton_prefill_route, prefill_fused_projections, triton_code_heads,
-                              triton_frame_glue, pipelined_frames)
+                              triton_frame_glue, pipelined_frames, fused_sdpa)
 TRANSFORMS: dict[str, Transform] = {t.name: t for t in ALL}
 
 __all__ = ["ALL", "TRANSFORMS", "NotApplicable", "Params", "Patch", "Transform"]

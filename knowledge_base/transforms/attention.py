@@ -109,3 +109,55 @@ gqa_sdpa = Transform(
     lesson="Needs torch >= 2.5 (enable_gqa). The repeat_interleave copies grow with the context, so the gain "
            "grows with sequence length; on drama3-tiny CPU a decode attention call gets several times cheaper.",
 )
+
+_CALLS = {  # the reference's SDPA call, and gqa_sdpa's
+    """\
+        attn = F.scaled_dot_product_attention(
+            q.transpose(0, 1), keys.repeat_interleave(group, dim=1).transpose(0, 1),
+            values.repeat_interleave(group, dim=1).transpose(0, 1), attn_mask=mask, is_causal=mask is None,
+        ).transpose(0, 1)  # (T, heads, head_dim)
+""": """\
+        attn = F.scaled_dot_product_attention(
+            q.transpose(0, 1)[None], keys.repeat_interleave(group, dim=1).transpose(0, 1)[None],
+            values.repeat_interleave(group, dim=1).transpose(0, 1)[None], attn_mask=mask, is_causal=mask is None,
+        )[0].transpose(0, 1)  # (T, heads, head_dim)
+""",
+    """\
+        attn = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
+                                              attn_mask=mask, is_causal=causal, enable_gqa=True).transpose(0, 1)
+""": """\
+        attn = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k.transpose(0, 1)[None],
+                                              v.transpose(0, 1)[None], attn_mask=mask, is_causal=causal,
+                                              enable_gqa=True)[0].transpose(0, 1)
+""",
+}
+_WHY = """\
+        # A batch dim of 1: CUDA's fused kernels (flash, memory-efficient, cuDNN) take only 4-D inputs. With 3-D
+        # ones SDPA runs its math kernel, which computes bf16 attention as float32 GEMMs and a separate softmax.
+"""
+
+
+def _fused_sdpa(files: Files, params: Params) -> list[Patch]:
+    call = next((c for c in _CALLS if c in files.get(ATTENTION, "")), next(iter(_CALLS)))
+    return [replace_once(files, ATTENTION, call, _WHY + _CALLS[call])]
+
+
+fused_sdpa = Transform(
+    name="fused_sdpa",
+    # a guess: the compiled prefill's 46 float32 attention GEMMs and their softmax kernels, ~1.0 of the voice
+    # prompt's ~21 ms of prefill kernels on the H200 (session 22), become 23 fused kernels; the graphed frame has
+    # its own attention kernels, so decode does not change
+    impact={"cuda": 1.0},
+    first_audio={"cuda": 1.03},
+    summary="give SDPA 4-D inputs (a batch dim of 1) so that CUDA's fused attention kernels serve the prefill's "
+            "causal calls, instead of the math kernel's float32 GEMMs that 3-D inputs always get",
+    feature="gated_attention",
+    devices=frozenset({"cuda"}),
+    proven=frozenset(),
+    apply=_fused_sdpa,
+    lesson="SDPA picks a fused kernel only for 4-D query, key and value; the engine's attention passed (heads, "
+           "rows, dim), so every call ran the math kernel, which also upcasts bf16 to float32 (torch's default "
+           "for reduced-precision math attention). gqa_sdpa makes a prefill's call causal with no mask, which "
+           "flash attention takes with GQA; without it, the explicit causal mask goes to the memory-efficient "
+           "kernel. Moves logits by bf16 rounding of the attention probabilities only.",
+)

@@ -8,15 +8,17 @@ import time
 
 import pytest
 import torch
+import torch.nn.functional as F
 from engine_copies import CPU, REQUEST, TINY, transformed, with_prerequisites
+from torch.nn.attention import SDPBackend
 
 import reference_runtime.model as reference_model
 from knowledge_base.transforms import TRANSFORMS, NotApplicable
 from reference_runtime.teacher_forcing import teacher_forced
 
 # The whole-frame CUDA graph and Triton transforms have their own tests (tests/transforms/, tests/gpu/).
-OURS = ["fp8_dequant_at_build", "moe_dispatch", "rope_tables", "gqa_sdpa", "static_caches", "deltanet_conv_unfold",
-        "topk_first_sampling", "cuda_graph_backbone", "compile_tower"]
+OURS = ["fp8_dequant_at_build", "moe_dispatch", "rope_tables", "gqa_sdpa", "fused_sdpa", "static_caches",
+        "deltanet_conv_unfold", "topk_first_sampling", "cuda_graph_backbone", "compile_tower"]
 VARIANTS = [pytest.param(name, params, id=TRANSFORMS[name].label(params))
             for name in OURS for params in TRANSFORMS[name].variants()]
 
@@ -121,6 +123,25 @@ def test_gqa_sdpa_is_faster(engines):
     x = torch.randn(1, TINY.hidden_size)
     before, after = best_seconds(decode_attention(engines(), x), decode_attention(engines(("gqa_sdpa", {})), x))
     assert after < before, f"gqa_sdpa: {after * 1e6:.1f} us per decode attention vs {before * 1e6:.1f} us"
+
+
+@torch.inference_mode()
+def test_fused_sdpa_reaches_a_fused_kernel(engines, monkeypatch):
+    """The backend SDPA picks for a prompt's attention call (a fresh cache: a causal mask, or with gqa_sdpa none):
+    the math kernel for the engine's 3-D inputs, a fused one (flash on CPU too) once fused_sdpa adds the batch
+    dim."""
+    sdpa, picked = F.scaled_dot_product_attention, []
+
+    def recording(*args, **kwargs):
+        picked.append(torch._fused_sdp_choice(*args, **kwargs))
+        return sdpa(*args, **kwargs)
+    monkeypatch.setattr(F, "scaled_dot_product_attention", recording)
+    x, positions = torch.randn(12, TINY.hidden_size), torch.arange(12)
+    gqa, fused = ("gqa_sdpa", {}), ("fused_sdpa", {})
+    for steps, math in (([], True), ([fused], False), ([gqa], True), ([gqa, fused], False)):
+        engine, picked[:] = engines(*steps), []
+        engine.model.tower.layers[0].self_attn(x, positions, module(engine, "kv_cache").KVCache())
+        assert picked and all((p == int(SDPBackend.MATH)) == math for p in picked), (steps, picked)
 
 
 @torch.inference_mode()
