@@ -58,9 +58,14 @@ def _evidence_text(verdict: Verdict, limit: int = 600) -> str:
 
 def is_promising(verdict: Verdict) -> bool:
     """Correct and faster than its parent with confidence (CI above 1), yet not past the run's noise band: too
-    small a gain to keep alone, worth stacking with other such changes."""
+    small a gain to keep alone, worth stacking with other such changes. Sooner first audio with confidence counts
+    too where frames/s is not slower with confidence: a prefill change moves a stream's frames/s by a fraction of
+    its TTFA gain, so it would never stack on frames/s alone."""
     c = verdict.comparison
-    return verdict.status in (Status.SLOWER, Status.NOISY) and c is not None and c.ci_low > 1.0
+    if verdict.status not in (Status.SLOWER, Status.NOISY) or c is None:
+        return False
+    sooner = c.first_audio is not None and c.first_audio.ci_low > 1.0 and c.ci_high >= 1.0
+    return c.ci_low > 1.0 or sooner
 
 
 def lesson_outcome(verdict: Verdict, kept: bool) -> str:
