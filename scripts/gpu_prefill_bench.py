@@ -196,7 +196,7 @@ def _delta_rule(started: float, budget_s: float) -> list[DeltaRow]:
 
 def _layout(grouped, experts: torch.Tensor) -> None:
     """The block layout kernel alone (one program): us per launch by warps and chunk width (the transform launches
-    4 warps and chunks of 1024)."""
+    16 warps and chunks of 2048, session 23's fastest)."""
     flat = experts.flatten()
     bm = grouped.BLOCK_M
     num_blocks = -(-flat.numel() // bm) + min(CFG.num_experts, flat.numel())
