@@ -48,14 +48,6 @@ def tolerances(config: Drama3Config) -> ToleranceSpec:
     return load_target(REPO / "targets" / "drama3_h200.yaml").tolerances
 
 
-def assert_same_chunks(config: Drama3Config, got: list, want: list) -> None:
-    """Two streams' AudioChunks: the same boundaries and frames, audio within the waveform gate."""
-    assert [(c.frame_start, c.frame_end) for c in got] == [(c.frame_start, c.frame_end) for c in want]
-    for g, w in zip(got, want):
-        assert torch.equal(g.frames, w.frames)
-        torch.testing.assert_close(g.audio, w.audio, atol=tolerances(config).waveform_max_abs, rtol=0)
-
-
 def load_transformed(steps: list[tuple[Transform, Params]], root: Path):
     """The reference package with [(transform, param overrides), ...] applied, written under root (which must be
     on sys.path) and imported."""
