@@ -144,11 +144,12 @@ def _fused_sdpa(files: Files, params: Params) -> list[Patch]:
 
 fused_sdpa = Transform(
     name="fused_sdpa",
-    # a guess: the compiled prefill's 46 float32 attention GEMMs and their softmax kernels, ~1.0 of the voice
-    # prompt's ~21 ms of prefill kernels on the H200 (session 22), become 23 fused kernels; the graphed frame has
-    # its own attention kernels, so decode does not change
+    # measured on an H100 (session 24, docs/benchmarks.md), together with `renew triton_prefill_moe`: TTFA 21.7 /
+    # 28.8 / 30.6 -> 20.0 / 26.7 / 27.8 ms (hello / sentences / voice), of which the renewal alone gave ~1.03x in
+    # session 23; the 46 float32 GEMMs became 23 cuDNN flash kernels. Decode does not change (the graphed frame has
+    # its own attention kernels)
     impact={"cuda": 1.0},
-    first_audio={"cuda": 1.03},
+    first_audio={"cuda": 1.05},
     summary="give SDPA 4-D inputs (a batch dim of 1) so that CUDA's fused attention kernels serve the prefill's "
             "causal calls, instead of the math kernel's float32 GEMMs that 3-D inputs always get",
     feature="gated_attention",
