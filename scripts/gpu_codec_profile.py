@@ -2,9 +2,13 @@
 CUDA graphs cuda_graph_codec captures, per window length, and the kernels of its ops by device time (profiled
 launched one by one, as a replayed graph's kernels are not all attributed):
 
-    python3 scripts/gpu_codec_profile.py --out codec.json [--lengths 1,10,64] [--replays 20]
+    python3 scripts/gpu_codec_profile.py --out codec.json [--lengths 1,10,64] [--replays 20] [--inductor]
+        [--cudnn-benchmark]
 
 Per length: wall ms per replay (synchronised), kernel launches and device ms per replay, and the top kernels.
+`--inductor` captures the inductor-compiled codec as the engines with inductor_codec do (kernels are still profiled
+from the eager ops); `--cudnn-benchmark` lets cuDNN time its convolution algorithms per shape (in the capture's
+warm-up run) instead of picking them by heuristics.
 `--device cpu` is a dry run of the script itself at drama3-tiny (eager codec, CPU ops).
 """
 from __future__ import annotations
@@ -67,16 +71,21 @@ def main() -> None:
     parser.add_argument("--lengths", default="1,10,64")
     parser.add_argument("--replays", type=int, default=20)
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--inductor", action="store_true", help="the inductor-compiled codec in each graph")
+    parser.add_argument("--cudnn-benchmark", action="store_true", help="torch.backends.cudnn.benchmark = True")
     args = parser.parse_args()
+    torch.backends.cudnn.benchmark = args.cudnn_benchmark
     cuda = args.device == "cuda"
     config = get_config("drama3" if cuda else "drama3-tiny")
     device, dtype = torch.device(args.device), torch.bfloat16 if cuda else torch.float32
     weights = init_codec_weights(config.codec, 0, device, dtype)
-    pkg = recipe_module((("cuda_graph_codec", {}),), "codec_graph", "codec_profile")
+    steps = (("cuda_graph_codec", {}),) + ((("inductor_codec", {}),) if args.inductor else ())
+    pkg = recipe_module(steps, "codec_graph", "codec_profile")
     codec = pkg.GraphedCodec.from_weights(config.codec, weights, device, dtype)
     Codec = pkg.Codec  # the eager codec whose ops each graph holds
     header = {"device": torch.cuda.get_device_name() if cuda else "cpu", "torch": torch.__version__,
-              "date": time.strftime("%Y-%m-%d"), "dtype": str(dtype)}
+              "date": time.strftime("%Y-%m-%d"), "dtype": str(dtype), "inductor": args.inductor,
+              "cudnn_benchmark": args.cudnn_benchmark}
     print(header, flush=True)
     gen = torch.Generator().manual_seed(0)
     results = []

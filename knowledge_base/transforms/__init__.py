@@ -15,6 +15,7 @@ from .inductor_steps import inductor_decode_steps
 from .moe import fp8_dequant_at_build, moe_dispatch
 from .pipelined_frames import pipelined_frames
 from .prefill_fused_projections import prefill_fused_projections
+from .prefill_row_ladder import prefill_row_ladder
 from .sampling import graph_topk_sampling, topk_first_sampling
 from .triton_backbone_attention import triton_backbone_attention
 from .triton_backbone_deltanet import triton_backbone_deltanet
@@ -36,7 +37,7 @@ ALL: tuple[Transform, ...] = (fp8_dequant_at_build, moe_dispatch, rope_tables, g
                               triton_sampling, triton_tower, triton_backbone_attention,
                               triton_backbone_deltanet, triton_moe_block, codec_overlap,
                               inductor_codec, triton_prefill_route, prefill_fused_projections, triton_code_heads,
-                              triton_frame_glue, pipelined_frames, fused_sdpa)
+                              triton_frame_glue, pipelined_frames, fused_sdpa, prefill_row_ladder)
 TRANSFORMS: dict[str, Transform] = {t.name: t for t in ALL}
 
 __all__ = ["ALL", "TRANSFORMS", "NotApplicable", "Params", "Patch", "Transform"]
