@@ -73,20 +73,22 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--inductor", action="store_true", help="the inductor-compiled codec in each graph")
     parser.add_argument("--cudnn-benchmark", action="store_true", help="torch.backends.cudnn.benchmark = True")
+    parser.add_argument("--plus", action="append", default=[], help="a codec transform applied on top (repeatable)")
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = args.cudnn_benchmark
     cuda = args.device == "cuda"
     config = get_config("drama3" if cuda else "drama3-tiny")
     device, dtype = torch.device(args.device), torch.bfloat16 if cuda else torch.float32
     weights = init_codec_weights(config.codec, 0, device, dtype)
-    steps = (("cuda_graph_codec", {}),) + ((("inductor_codec", {}),) if args.inductor else ())
+    steps = (("cuda_graph_codec", {}),) + ((("inductor_codec", {}),) if args.inductor else ()) + tuple(
+        (name, {}) for name in args.plus)
     pkg = recipe_module(steps, "codec_graph", "codec_profile")
     codec = pkg.GraphedCodec.from_weights(config.codec, weights, device, dtype)
     # what each graph holds, launched one by one: the compiled function, or the eager codec's ops
     ops = codec._compiled if args.inductor else (lambda c: pkg.Codec.forward(codec, c))
     header = {"device": torch.cuda.get_device_name() if cuda else "cpu", "torch": torch.__version__,
               "date": time.strftime("%Y-%m-%d"), "dtype": str(dtype), "inductor": args.inductor,
-              "cudnn_benchmark": args.cudnn_benchmark}
+              "cudnn_benchmark": args.cudnn_benchmark, "plus": args.plus}
     print(header, flush=True)
     gen = torch.Generator().manual_seed(0)
     results = []

@@ -1,0 +1,46 @@
+"""codec_conv_autotune: each codec window length's CUDA graph captured with cuDNN's benchmark mode on, so the
+capture's warm-up run times cuDNN's convolution algorithms for that length's shapes and the graph keeps the
+fastest, instead of the heuristics' pick.
+"""
+from __future__ import annotations
+
+import re
+
+from .base import Files, NotApplicable, Params, Patch, Transform
+
+CODEC = "codec_graph.py"
+_CAPTURE = re.compile(r"^( +)(graph, audio = capture\(.*\))\n", re.MULTILINE)
+
+
+def _apply(files: Files, params: Params) -> list[Patch]:
+    source = files.get(CODEC, "")
+    found = _CAPTURE.findall(source)
+    if len(found) != 1 or "benchmark=True" in source:
+        raise NotApplicable(f"{CODEC}: the codec's graph capture this transform wraps is not there (or is wrapped)")
+    indent, call = found[0]
+    return [Patch(CODEC, f"{indent}{call}\n", f"""\
+{indent}cudnn = torch.backends.cudnn
+{indent}# codec_conv_autotune: cuDNN times its algorithms for each convolution shape in the capture's warm-up run
+{indent}with cudnn.flags(enabled=cudnn.enabled, benchmark=True, benchmark_limit=0,
+{indent}                 deterministic=cudnn.deterministic, allow_tf32=cudnn.allow_tf32):
+{indent}    {call}
+""")]
+
+
+codec_conv_autotune = Transform(
+    name="codec_conv_autotune",
+    # a guess: session 16's codec profile (H200, graphed eager codec) spent 1.70 of a 32-frame window's 5.74 ms of
+    # kernels in two calls of cuDNN's implicit_convolve_sgemm, its heuristics' pick for that shape; the windows
+    # decoded beside the frames add about their own time to a stream (session 24, docs/benchmarks.md)
+    impact={"cuda": 1.01},
+    summary="capture each codec window's CUDA graph with cuDNN's benchmark mode on, so its convolutions run the "
+            "algorithms cuDNN timed fastest for that window length instead of its heuristics' pick",
+    feature="codec",
+    devices=frozenset({"cuda"}),
+    apply=_apply,
+    requires=("cuda_graph_codec",),
+    lesson="cuDNN picks a convolution algorithm by heuristics unless torch.backends.cudnn.benchmark is set; then "
+           "the first call of each shape times the candidates (benchmark_limit=0: all of them). The codec's "
+           "windows have a few fixed lengths (the graph ladder), each timed once, in the capture's warm-up run; "
+           "the captured graph keeps the winners. Other algorithms move the waveform by bf16 rounding only.",
+)
