@@ -3,12 +3,14 @@ CUDA graphs cuda_graph_codec captures, per window length, and the kernels of its
 launched one by one, as a replayed graph's kernels are not all attributed):
 
     python3 scripts/gpu_codec_profile.py --out codec.json [--lengths 1,10,64] [--replays 20] [--inductor]
-        [--cudnn-benchmark]
+        [--cudnn-benchmark] [--plus TRANSFORM ...]
 
 Per length: wall ms per replay (synchronised), kernel launches and device ms per replay, and the top kernels.
 `--inductor` captures the inductor-compiled codec as the engines with inductor_codec do (its kernels are profiled
-from the compiled function called outside a graph); `--cudnn-benchmark` lets cuDNN time its convolution algorithms per shape (in the capture's
-warm-up run) instead of picking them by heuristics.
+from the compiled function called outside a graph); `--cudnn-benchmark` lets cuDNN time its convolution
+algorithms per shape (in the capture's warm-up run) instead of picking them by heuristics; `--plus` applies codec
+transforms on top (e.g. codec_conv_autotune). cuDNN keeps its plans per process: compare variants in separate
+runs.
 `--device cpu` is a dry run of the script itself at drama3-tiny (eager codec, CPU ops).
 """
 from __future__ import annotations

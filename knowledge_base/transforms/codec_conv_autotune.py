@@ -29,10 +29,12 @@ def _apply(files: Files, params: Params) -> list[Patch]:
 
 codec_conv_autotune = Transform(
     name="codec_conv_autotune",
-    # a guess: session 16's codec profile (H200, graphed eager codec) spent 1.70 of a 32-frame window's 5.74 ms of
-    # kernels in two calls of cuDNN's implicit_convolve_sgemm, its heuristics' pick for that shape; the windows
-    # decoded beside the frames add about their own time to a stream (session 24, docs/benchmarks.md)
-    impact={"cuda": 1.01},
+    # measured on an H100 (session 24, docs/benchmarks.md; scripts/gpu_codec_profile.py --inductor): cuDNN's
+    # heuristics ran a legacy implicit_convolve_sgemm for some window lengths, 1.76 ms of the 24-frame window's
+    # 3.93 and 1.15 of the 96-frame one's 6.73; with this transform those windows took 2.09 and 5.66 ms. A
+    # 200-frame stream under the targets' windows decodes one 24 and two 96-frame windows beside its frames, whose
+    # time a stream pays about in full: ~4 ms of ~630
+    impact={"cuda": 1.006},
     summary="capture each codec window's CUDA graph with cuDNN's benchmark mode on, so its convolutions run the "
             "algorithms cuDNN timed fastest for that window length instead of its heuristics' pick",
     feature="codec",
@@ -42,5 +44,8 @@ codec_conv_autotune = Transform(
     lesson="cuDNN picks a convolution algorithm by heuristics unless torch.backends.cudnn.benchmark is set; then "
            "the first call of each shape times the candidates (benchmark_limit=0: all of them). The codec's "
            "windows have a few fixed lengths (the graph ladder), each timed once, in the capture's warm-up run; "
-           "the captured graph keeps the winners. Other algorithms move the waveform by bf16 rounding only.",
+           "the captured graph keeps the winners. Other algorithms move the waveform by bf16 rounding only. Compare it "
+           "in a process of its own: in scripts/gpu_fast_check.py's side by side, after other engines' codecs had "
+           "planned the same shapes in the process, it changed nothing (session 24), as if cuDNN's per-process "
+           "plan cache kept their heuristic picks.",
 )
