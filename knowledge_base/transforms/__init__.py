@@ -5,6 +5,7 @@ from .attention import fused_sdpa, gqa_sdpa, rope_tables
 from .base import NotApplicable, Params, Patch, Transform
 from .caches import static_caches
 from .cuda import compile_tower, cuda_graph_backbone
+from .codec_channels_last import codec_channels_last
 from .codec_conv_autotune import codec_conv_autotune
 from .codec_overlap import codec_overlap
 from .cuda_graph_codec import cuda_graph_codec
@@ -39,7 +40,7 @@ ALL: tuple[Transform, ...] = (fp8_dequant_at_build, moe_dispatch, rope_tables, g
                               triton_backbone_deltanet, triton_moe_block, codec_overlap,
                               inductor_codec, triton_prefill_route, prefill_fused_projections, triton_code_heads,
                               triton_frame_glue, pipelined_frames, fused_sdpa, prefill_row_ladder,
-                              codec_conv_autotune)
+                              codec_conv_autotune, codec_channels_last)
 TRANSFORMS: dict[str, Transform] = {t.name: t for t in ALL}
 
 __all__ = ["ALL", "TRANSFORMS", "NotApplicable", "Params", "Patch", "Transform"]
