@@ -13,7 +13,9 @@ graphs; then, with every transformed engine built and alive, for each of the see
 time and streaming TTFA (1-frame first chunk), frames/s and RTF over --frames frames, the engines' trials
 interleaved in a rotating order. (Timed one engine after another, the second engine's prefills ran 2-3 ms slower
 with identical prefill kernels: the order biased TTFA, session 15.) A failing engine is reported and the next one
-runs; the JSON is rewritten after every engine.
+runs; the JSON is rewritten after every engine. What a process keeps once carries over between its engines: cuDNN
+reuses the convolution plans the first engine's codec made for the same shapes, so codec_conv_autotune shows no
+gain here (session 24); time such variants in separate processes (scripts/gpu_codec_profile.py --plus).
 """
 from __future__ import annotations
 
