@@ -13,12 +13,13 @@ from knowledge_base.transforms.retune import retunes
 from swarm.edits import apply_edits, patch_edits
 
 REFERENCE = Path(__file__).resolve().parents[2] / "reference_runtime" / "model"
-# every transform with knobs, each after its prerequisites; triton_moe_fused after the others: it retires
-# triton_fp8_moe's file
-STACK = ["cuda_graph_frame", "triton_fp8_moe", "triton_prefill_moe", "triton_prefill_route", "triton_deltanet",
-         "triton_tower", "triton_sampling", "triton_backbone_deltanet", "triton_moe_fused",
+# every transform with knobs, each after its prerequisites (triton_prefill_route after cuda_graph_prefill, whose
+# program it hands the valid row count that prefix_moe_cache builds on); triton_moe_fused after the others: it
+# retires triton_fp8_moe's file
+STACK = ["cuda_graph_frame", "triton_fp8_moe", "triton_prefill_moe", "triton_deltanet", "cuda_graph_prefill",
+         "triton_prefill_route", "triton_tower", "triton_sampling", "triton_backbone_deltanet", "triton_moe_fused",
          "triton_backbone_attention", "triton_moe_block", "triton_code_heads", "triton_frame_glue",
-         "pipelined_frames", "cuda_graph_prefill", "prefill_row_ladder"]
+         "pipelined_frames", "prefill_row_ladder", "prefix_moe_cache"]
 
 
 def _apply(files: dict[str, str], patches) -> dict[str, str]:
