@@ -1,12 +1,13 @@
-"""prefix_moe_cache: the graphed prefill reuses the routed-expert output of the leading rows a prompt shares with the
-previous prompt (the chat template's system turn, ~36 rows for a prompt without a voice reference), so those rows
-read no expert. A prompt's rows reach nearly every expert of every layer; hello's 16 rows past the shared header
-reach about 40%.
+"""prefix_moe_cache: the graphed prefill reuses the routed-expert outputs of the leading rows a prompt shares with the
+previous prompt within its system turn (the instruction and any voice references, up to the first <|im_end|>), so
+those rows read no expert. A prompt's rows reach most experts of every layer: hello's 56 rows ~83% of them, the 24
+past a shared 32-row system turn ~53%.
 
 In-run prefix caching, declared: the cache is the engine's device memory, the rows are compared on the device
 inside the graph, and a row's routed output depends only on the rows up to it (causal), so an equal prefix has the
 same outputs (up to the rounding of the bucket that computed them). Everything else (attention, DeltaNet, dense
-projections, the shared expert) still runs on every row.
+projections, the shared expert) still runs on every row. Only the system turn is reused, never the user's text: a
+benchmark that repeats one text with a fresh last word would otherwise time a cache, not a prefill.
 """
 from __future__ import annotations
 
@@ -82,10 +83,12 @@ def _program_patches(files: Files) -> list[Patch]:
                                            device=state.device)
 """),
         replace_once(files, PROGRAM, _BACKBONE, """\
-        # prefix_moe_cache: the leading rows equal to the last prompt's, within both prompts' real rows
+        # prefix_moe_cache: the leading rows equal to the last prompt's, within both prompts' real rows and this
+        # prompt's system turn (through its first <|im_end|>)
         n = min(bucket, PREFIX_ROWS)
         same = (rows[:n] == self.last_rows[:n]).all(1).long().cumprod(0).sum().reshape(1)
-        prefix = torch.minimum(torch.minimum(same, self.last_length), self.length)
+        system = (rows[:n, 0] == self.config.eos_token_id).long().cumsum(0).eq(0).sum().reshape(1) + 1
+        prefix = torch.minimum(torch.minimum(same, system), torch.minimum(self.last_length, self.length))
 """ + _BACKBONE),
         replace_once(files, PROGRAM, _SET_VALID, _SET_VALID + "            layer.moe.prefix = prefix\n"),
         replace_once(files, PROGRAM, _UNSET_VALID, _UNSET_VALID + "            layer.moe.prefix = None\n"),
@@ -103,12 +106,12 @@ def _apply(files: Files, params: Params) -> list[Patch]:
 
 prefix_moe_cache = Transform(
     name="prefix_moe_cache",
-    # a guess: the H200's hello prefill read ~26 GB of routed experts in ~6.5 ms (sessions 22-23); with its 36
-    # header rows reused, its 16 other rows reach ~40% of the experts instead of ~81%: ~3 ms of a ~18-21 ms TTFA.
-    # The longer prompts reach nearly every expert either way
-    first_audio={"cuda": 1.05},
-    summary="reuse, in the graphed prefill, the routed-expert outputs of the leading rows a prompt shares with the "
-            "previous one (the chat template's system turn), so those rows read no expert weights",
+    # a guess: the H200's hello prefill read ~26 GB of routed experts in ~6.5 ms (sessions 22-23); with the 28-32
+    # rows of its system turn that the benchmark's previous prompt shares reused, its other rows reach ~55% of the
+    # experts instead of ~83%: ~2 ms of a ~18-21 ms TTFA. The longer prompts reach nearly every expert either way
+    first_audio={"cuda": 1.03},
+    summary="reuse, in the graphed prefill, the routed-expert outputs of the system-turn rows a prompt shares with "
+            "the previous one (declared in-run prefix caching), so those rows read no expert weights",
     feature="fp8_moe",
     devices=frozenset({"cuda"}),
     knobs=KNOBS,
@@ -117,8 +120,8 @@ prefix_moe_cache = Transform(
     requires=("cuda_graph_prefill", "triton_prefill_route"),
     lesson="A prefill's cost past the dense weights is the routed experts its rows reach: a 52-row prompt reaches "
            "~81% of each layer's 256 experts (~26 GB of FP8 over 40 layers), 16 rows ~40%. Every prompt without a "
-           "voice reference starts with the same ~36-row system turn, whose per-token routed outputs are the same "
-           "each time (causal). The comparison with the last prompt's rows and the reuse run inside the prefill "
+           "voice reference starts with the same ~32-row system turn, whose per-token routed outputs are the same "
+           "each time (causal); only that turn is reused, never the user's text. The comparison with the last prompt's rows and the reuse run inside the prefill "
            "graph, on the device; attention, DeltaNet and the dense projections still run on every row. The cached "
            "outputs come from another bucket's GEMMs, so they differ from a recomputation by rounding only.",
 )

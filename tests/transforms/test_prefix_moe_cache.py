@@ -1,7 +1,7 @@
 """prefix_moe_cache on CPU at drama3-tiny, on the graphed prefill run eagerly (as its graphs replay it): a prompt
 that shares its system turn with the previous one gets the teacher-forced logits of the stack without the cache,
-the shared rows' routed outputs do come from the cache (corrupting it moves the logits), and a prompt sharing
-nothing reuses nothing."""
+the shared rows' routed outputs do come from the cache (corrupting it moves the logits), a prompt sharing nothing
+reuses nothing, and the user's text is never reused, however much of it the previous prompt shared."""
 from __future__ import annotations
 
 import dataclasses
@@ -81,3 +81,15 @@ def test_a_prompt_sharing_nothing_reuses_nothing(engines):
         layer.moe.cached += 1.0  # were any row reused, this would show
     want, got = teacher_forced(plain, other, frames), teacher_forced(cached, other, frames)
     torch.testing.assert_close(got.main, want.main, atol=1e-5, rtol=1e-5)
+
+
+def test_the_users_text_is_never_reused(engines):
+    plain, cached = engines
+    rows, frames = _prompt(cached, "Hello there my friend")
+    system = int((rows[:, 0] == CFG.eos_token_id).long().cumsum(0).eq(0).sum()) + 1  # through the first <|im_end|>
+    teacher_forced(cached, rows, frames)
+    for layer in cached.model.backbone.layers:
+        layer.moe.cached[system:] += 1.0  # the rows past the system turn, which the same prompt shares in full
+    want, got = teacher_forced(plain, rows, frames), teacher_forced(cached, rows, frames)
+    torch.testing.assert_close(got.main, want.main, atol=1e-5, rtol=1e-5)
+    assert 20 <= system < len(rows) - 4
