@@ -4,18 +4,12 @@ the shared rows' routed outputs do come from the cache (corrupting it moves the 
 reuses nothing, and the user's text is never reused, however much of it the previous prompt shared."""
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
 
 from candidates.repo import engine_files
 from knowledge_base.transforms import NotApplicable
-from knowledge_base.transforms.cuda_graph_frame import cuda_graph_frame
-from knowledge_base.transforms.cuda_graph_prefill import cuda_graph_prefill
 from knowledge_base.transforms.prefix_moe_cache import prefix_moe_cache
-from knowledge_base.transforms.triton_deltanet import triton_deltanet
-from knowledge_base.transforms.triton_prefill_moe import triton_prefill_moe
 from knowledge_base.transforms.triton_prefill_route import triton_prefill_route
 from reference_runtime.api import TTSRequest
 from reference_runtime.prompt import build_rows
@@ -23,9 +17,9 @@ from reference_runtime.teacher_forcing import teacher_forced
 from reference_runtime.weights import init_weights
 
 from test_cuda_graphs import CFG, GREEDY, REFERENCE, assert_applies_once_on_top_of, load, transformed
+from test_prefill_row_ladder import STACK as GRAPHED_PREFILL
 
-EAGER = dataclasses.replace(cuda_graph_prefill, space=cuda_graph_prefill.space | {"compile_steps": (False,)})
-STACK = [cuda_graph_frame, triton_prefill_moe, triton_deltanet, EAGER, triton_prefill_route]
+STACK = [*GRAPHED_PREFILL, triton_prefill_route]  # the graphed prefill (run eagerly on CPU), then its routing
 TEXTS = ("Hello there", "The quick brown fox")  # both start with the same system turn
 
 
