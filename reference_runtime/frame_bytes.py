@@ -2,7 +2,8 @@
 each backbone and tower weight once, except that only the routed experts a token picks are read, the lm_head only
 in its narrowed rows (EOS and the semantic band), and an embedding table only in the rows a frame looks up; then
 the Gated DeltaNet states, read and written in float32, and the KV rows of the context so far. A decode step's
-ms against these bytes is the bandwidth it reached; these bytes at the GPU's bandwidth are its floor.
+ms against these bytes is the bandwidth it reached; these bytes at the GPU's bandwidth are its floor. A prompt's prefill reads the same weights, except that its rows
+together route to many more experts (prefill_bytes).
 """
 from __future__ import annotations
 
@@ -44,3 +45,16 @@ def frame_bytes(config: Drama3Config, compute_bytes: int = 2, context_rows: int 
     attention_layers = b.num_layers - deltanet_layers + config.num_tower_layers
     kv = attention_layers * context_rows * 2 * t.num_key_value_heads * t.head_dim * compute_bytes
     return FrameBytes(parts["model."], parts["audio_decoder."], states + kv)
+
+
+def prefill_bytes(config: Drama3Config, experts_read: int, compute_bytes: int = 2) -> int:
+    """What a prefill must read at least: every backbone weight once (the embedding and lm_head tables only in a
+    frame's rows, as frame_bytes counts them: the prompt's few hundred rows are a rounding error), and of the
+    routed experts the `experts_read` (layer, expert) matrices its rows route to (the expert_counts diagnostic).
+    Activations, KV rows and states written are left out: at prompt sizes they are tens of MB."""
+    b = config.backbone
+    per_frame = frame_bytes(config, compute_bytes, context_rows=0)
+    expert = sum(math.prod(spec.shape) * _KIND_BYTES.get(spec.kind, compute_bytes)
+                 for name, spec in weight_shapes(config).items() if ".mlp.experts." in name)
+    per_expert = expert // (b.num_layers * b.num_experts)
+    return per_frame.backbone - expert * b.num_experts_per_tok // b.num_experts + experts_read * per_expert

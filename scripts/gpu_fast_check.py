@@ -49,7 +49,7 @@ from knowledge_base.transforms.retune import retunes
 from reference_runtime.api import SamplingParams, StreamSchedule
 from reference_runtime.bench import bench_requests, measure_trial
 from reference_runtime.config import get_config
-from reference_runtime.frame_bytes import frame_bytes
+from reference_runtime.frame_bytes import frame_bytes, prefill_bytes
 from reference_runtime.model import build_engine
 from reference_runtime.prompt import build_rows
 from reference_runtime.teacher_forcing import teacher_forced
@@ -133,6 +133,9 @@ class PromptTiming:
     # a stream's time past its first audio and its other frames' decode steps (report.decode_ms_events each): the
     # codec's later windows, the audio chunks' handover, the EOS checks; None without a decode timing
     beyond_decode_ms: float | None = None
+    # what its prefill read (reference_runtime.frame_bytes.prefill_bytes, with the experts its own rows, padding
+    # included, routed to): the reference's is the prompt's floor; None where the engine does not count experts
+    prefill_gb: float | None = None
 
 
 @dataclass
@@ -300,6 +303,12 @@ def time_decode(report: Report, engine, config, frames: int) -> None:
             torch.cuda.set_sync_debug_mode("default")
 
 
+def expert_counts(engine) -> torch.Tensor | None:
+    """The engine's (layer, expert) routing counts so far, if its backbone keeps the reference's diagnostic."""
+    backbone = getattr(getattr(engine, "model", None), "backbone", None)
+    return None if backbone is None or not hasattr(backbone, "expert_counts") else backbone.expert_counts().clone()
+
+
 def time_streams(engines: list[tuple[Report, object]], config, frames: int, trials: int,
                  overlaps: tuple[int | None, ...] = (None,)) -> None:
     """Each prompt's prefill and streamed trials on every engine, interleaved: trial t runs the engines in an order
@@ -311,13 +320,19 @@ def time_streams(engines: list[tuple[Report, object]], config, frames: int, tria
                for overlap in overlaps for name, request in bench_requests(config, frames).items()]
     for name, request, schedule in streams:
         prefills: dict[str, list[float]] = {r.engine: [] for r, _ in timed}
+        prefill_gb: dict[str, float] = {}
         results: dict[str, list] = {r.engine: [] for r, _ in timed}
 
         def trial(report: Report, engine, warm_up: bool) -> None:
             try:
                 if not warm_up:
                     rows = build_rows(config, request, engine.tokenizer).to(engine.device)
+                    before = expert_counts(engine)
                     prefills[report.engine].append(wall_ms(lambda: engine.prefill(rows, SamplingParams(), 0), 1))
+                    if before is not None:
+                        read = int((expert_counts(engine) != before).sum())
+                        element = torch.empty(0, dtype=default_dtype(config)).element_size()
+                        prefill_gb[report.engine] = prefill_bytes(config, read, element) / 1e9
                 result = measure_trial(engine, request, schedule)
                 if not warm_up:
                     results[report.engine].append(result)
@@ -338,7 +353,8 @@ def time_streams(engines: list[tuple[Report, object]], config, frames: int, tria
             report.prompts[name] = PromptTiming(statistics.median(prefills[report.engine]),
                                                 statistics.median(r.ttfa_ms for r in got),
                                                 statistics.median(r.frames_per_s for r in got),
-                                                statistics.median(r.rtf for r in got), beyond)
+                                                statistics.median(r.rtf for r in got), beyond,
+                                                prefill_gb.get(report.engine))
 
 
 def codec_stages(report: Report, engine, config) -> None:
@@ -472,6 +488,8 @@ def print_table(reports: list[Report]) -> None:
             beyond = "" if t.beyond_decode_ms is None else f"  beyond decode {t.beyond_decode_ms:6.1f} ms"
             print(f"    {name:<10} prefill {t.prefill_ms:8.1f} ms  TTFA {t.ttfa_ms:8.1f} ms  "
                   f"{t.frames_per_s:7.1f} frames/s  RTF {t.rtf:.4f}{beyond}")
+            if t.prefill_gb is not None:
+                print(f"    {'':<10} prefill reads {t.prefill_gb:6.2f} GB: {t.prefill_gb / t.prefill_ms:.2f} TB/s")
         if r.stages_ms:
             print("    stages ms: " + ", ".join(f"{k}={v:.3f}" for k, v in r.stages_ms.items()))
         for kernel, ms, calls in r.kernels:
