@@ -64,19 +64,24 @@ def _apply(files: Files, params: Params) -> list[Patch]:
 
 codec_channels_last = Transform(
     name="codec_channels_last",
-    # a guess from session 24's H100 profile of the inductor codec (docs/benchmarks.md): NCHW <-> NHWC conversions
-    # around cuDNN's convolutions took 0.47 ms of the 1-frame window (time to first audio) and 0.5-1.2 ms of each
-    # later window, ~5 ms of a 200-frame stream's windows, whose time a stream pays about in full
-    impact={"cuda": 1.008},
+    # measured on an H100 (session 25, docs/benchmarks.md; scripts/gpu_codec_profile.py --inductor --plus
+    # codec_conv_autotune [--plus codec_channels_last], each in its own process): the 1-, 24- and 96-frame windows
+    # 1.31 / 2.36 / 5.59 -> 0.88 / 1.62 / 3.71 ms, ~8 ms of a 200-frame stream's windows, whose time a stream pays
+    # about in full (~1.5%), and 0.43 ms of time to first audio (~1.02x)
+    impact={"cuda": 1.012},
     first_audio={"cuda": 1.02},
     summary="run the codec's conv decoder on channels-last (B, C, 1, T) activations and (out, in, 1, k) weights, "
             "which cuDNN's kernels take as they are, dropping the layout conversions around every convolution",
     feature="codec",
     devices=frozenset({"cuda"}),
     apply=_apply,
+    # under cuDNN's heuristics some channels-last window lengths ran 15-20x slower (20 / 32 / 40 / 96 frames:
+    # 57-106 ms a window, session 25): only timed algorithms make the layout pay
+    requires=("codec_conv_autotune",),
     lesson="cuDNN's fast convolution kernels are NHWC; 1-D NCW activations (and weights) are converted before each "
            "of the decoder's ~30 convolutions and back after: ~40 conversion kernels a window whatever its length. "
            "As 2-D convolutions over a height of 1 with channels-last tensors, they run without them; inductor "
            "follows the weights' layout when it lays out the fused Snake activations between convolutions. The "
-           "transposed convolutions and the 1-wide ones take the same route; the upsampling stages stay 1-D.",
+           "transposed convolutions and the 1-wide ones take the same route; the upsampling stages stay 1-D. Only with "
+           "codec_conv_autotune: cuDNN's heuristics ran some channels-last window lengths 15-20x slower (H100).",
 )

@@ -1,6 +1,6 @@
-"""codec_channels_last on CUDA at full codec size, on the inductor-compiled graphed codec: each of a stream's window
-lengths gives the 1-D codec's waveform (within the target's waveform gate), and the two graphs' replay times per
-window are printed side by side (scripts/gpu_codec_profile.py shows the kernels; the evaluator judges the speed)."""
+"""codec_channels_last on CUDA at full codec size, on the inductor-compiled graphed codec with timed cuDNN algorithms
+(codec_conv_autotune, which it requires): each of a stream's window lengths gives the 1-D codec's waveform (within
+the target's waveform gate), and the two graphs' replay times per window are printed side by side (scripts/gpu_codec_profile.py shows the kernels; the evaluator judges the speed)."""
 from __future__ import annotations
 
 import pytest
@@ -9,13 +9,14 @@ from gpu_engines import tolerances
 from test_gpu_inductor_codec import _ms_per_call
 
 from knowledge_base.transforms.codec_channels_last import codec_channels_last
+from knowledge_base.transforms.codec_conv_autotune import codec_conv_autotune
 from knowledge_base.transforms.cuda_graph_codec import cuda_graph_codec
 from knowledge_base.transforms.inductor_codec import inductor_codec
 from reference_runtime.codec_weights import init_codec_weights
 from reference_runtime.config import get_config
 
 pytestmark = pytest.mark.gpu
-COMPILED = [(cuda_graph_codec, {}), (inductor_codec, {})]
+COMPILED = [(cuda_graph_codec, {}), (inductor_codec, {}), (codec_conv_autotune, {})]
 
 
 def test_channels_last_windows_match_the_1d_codec(load_package):
