@@ -133,8 +133,10 @@ class PromptTiming:
     # a stream's time past its first audio and its other frames' decode steps (report.decode_ms_events each): the
     # codec's later windows, the audio chunks' handover, the EOS checks; None without a decode timing
     beyond_decode_ms: float | None = None
-    # what its prefill read (reference_runtime.frame_bytes.prefill_bytes, with the experts its own rows, padding
-    # included, routed to): the reference's is the prompt's floor; None where the engine does not count experts
+    # the weights its prefill's rows route to (reference_runtime.frame_bytes.prefill_bytes from the expert_counts
+    # diagnostic, padding rows included): what it reads, except where it reuses cached expert outputs
+    # (prefix_moe_cache counts the reused rows' picks too); the reference's is the prompt's floor; None where the
+    # engine keeps no counts
     prefill_gb: float | None = None
 
 
@@ -489,7 +491,8 @@ def print_table(reports: list[Report]) -> None:
             print(f"    {name:<10} prefill {t.prefill_ms:8.1f} ms  TTFA {t.ttfa_ms:8.1f} ms  "
                   f"{t.frames_per_s:7.1f} frames/s  RTF {t.rtf:.4f}{beyond}")
             if t.prefill_gb is not None:
-                print(f"    {'':<10} prefill reads {t.prefill_gb:6.2f} GB: {t.prefill_gb / t.prefill_ms:.2f} TB/s")
+                print(f"    {'':<10} prefill routes to {t.prefill_gb:6.2f} GB of weights: "
+                      f"{t.prefill_gb / t.prefill_ms:.2f} TB/s over its wall")
         if r.stages_ms:
             print("    stages ms: " + ", ".join(f"{k}={v:.3f}" for k, v in r.stages_ms.items()))
         for kernel, ms, calls in r.kernels:

@@ -67,13 +67,15 @@ codec_channels_last = Transform(
     # measured on an H100 (session 25, docs/benchmarks.md; scripts/gpu_codec_profile.py --inductor --plus
     # codec_conv_autotune [--plus codec_channels_last], each in its own process): the 1-, 24- and 96-frame windows
     # 1.31 / 2.36 / 5.59 -> 0.88 / 1.62 / 3.71 ms, ~8 ms of a 200-frame stream's windows, whose time a stream pays
-    # about in full (~1.5%), and 0.43 ms of time to first audio (~1.02x)
-    impact={"cuda": 1.012},
+    # about in full (~1.5%), and 0.43 ms of time to first audio (~1.02x); in a 200-frame stream side by side, with
+    # codec_conv_autotune, beyond-decode time fell from 29-34 to 16-20 ms (+2.8% frames/s)
+    impact={"cuda": 1.02},
     first_audio={"cuda": 1.02},
     summary="run the codec's conv decoder on channels-last (B, C, 1, T) activations and (out, in, 1, k) weights, "
             "which cuDNN's kernels take as they are, dropping the layout conversions around every convolution",
     feature="codec",
     devices=frozenset({"cuda"}),
+    proven=frozenset({"cuda"}),
     apply=_apply,
     # under cuDNN's heuristics some channels-last window lengths ran 15-20x slower (20 / 32 / 40 / 96 frames:
     # 57-106 ms a window, session 25): only timed algorithms make the layout pay

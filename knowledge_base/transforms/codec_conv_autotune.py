@@ -39,6 +39,8 @@ codec_conv_autotune = Transform(
             "algorithms cuDNN timed fastest for that window length instead of its heuristics' pick",
     feature="codec",
     devices=frozenset({"cuda"}),
+    # gated in a full-size stack with codec_channels_last (session 25, H100)
+    proven=frozenset({"cuda"}),
     apply=_apply,
     requires=("cuda_graph_codec",),
     lesson="cuDNN picks a convolution algorithm by heuristics unless torch.backends.cudnn.benchmark is set; then "
