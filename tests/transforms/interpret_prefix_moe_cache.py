@@ -28,6 +28,10 @@ def test_the_second_prompt_gets_the_uncached_logits(tmp_path):
                      for f in (files, transformed(files, [prefix_moe_cache])))
     first, second = (_prompt(plain, text) for text in TEXTS)
     teacher_forced(cached, first[0], first[1][:2])
-    want, got = teacher_forced(plain, second[0], second[1][:2]), teacher_forced(cached, second[0], second[1][:2])
-    torch.testing.assert_close(got.main, want.main, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(got.codes, want.codes, atol=1e-5, rtol=1e-5)
+    want = teacher_forced(plain, second[0], second[1][:2])
+    # twice: the second time the reused rows' outputs are those the first reuse left in the cache (rows sent to
+    # no expert come out of the kernels as zeros, which must not replace them)
+    for _ in range(2):
+        got = teacher_forced(cached, second[0], second[1][:2])
+        torch.testing.assert_close(got.main, want.main, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(got.codes, want.codes, atol=1e-5, rtol=1e-5)

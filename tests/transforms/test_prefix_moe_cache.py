@@ -1,7 +1,8 @@
 """prefix_moe_cache on CPU at drama3-tiny, on the graphed prefill run eagerly (as its graphs replay it): a prompt
 that shares its system turn with the previous one gets the teacher-forced logits of the stack without the cache,
 the shared rows' routed outputs do come from the cache (corrupting it moves the logits), a prompt sharing nothing
-reuses nothing, and the user's text is never reused, however much of it the previous prompt shared."""
+reuses nothing, the user's text is never reused, however much of it the previous prompt shared, and a stream after
+generate gives generate's sampled frames (the evaluator demands it)."""
 from __future__ import annotations
 
 import pytest
@@ -11,7 +12,7 @@ from candidates.repo import engine_files
 from knowledge_base.transforms import NotApplicable
 from knowledge_base.transforms.prefix_moe_cache import prefix_moe_cache
 from knowledge_base.transforms.triton_prefill_route import triton_prefill_route
-from reference_runtime.api import TTSRequest
+from reference_runtime.api import SamplingParams, StreamSchedule, TTSRequest
 from reference_runtime.prompt import build_rows
 from reference_runtime.teacher_forcing import teacher_forced
 from reference_runtime.weights import init_weights
@@ -87,3 +88,17 @@ def test_the_users_text_is_never_reused(engines):
     want, got = teacher_forced(plain, rows, frames), teacher_forced(cached, rows, frames)
     torch.testing.assert_close(got.main, want.main, atol=1e-5, rtol=1e-5)
     assert 20 <= system < len(rows) - 4
+
+
+def test_a_stream_after_generate_samples_the_same_frames(tmp_path):
+    """The evaluator's order: another prompt, then generate, then the same request streamed. Generate reused the
+    other prompt's system-turn outputs (TEXTS share their system turn: test_the_shared_rows_come_from_the_cache);
+    the stream reuses what generate used, so its sampled frames are generate's, not a rounding away from them."""
+    files = transformed(transformed(engine_files(REFERENCE), STACK), [prefix_moe_cache])
+    cached = load(files, tmp_path).build_engine(CFG, init_weights(CFG, seed=0, device="cpu"), "cpu")
+    other, request = (TTSRequest(text=text, max_frames=12, ignore_eos=True, sampling=SamplingParams(), seed=7)
+                      for text in TEXTS)
+    cached.generate(other)
+    want = cached.generate(request).frames
+    chunks = list(cached.stream(request, StreamSchedule(first_chunk_frames=1, overlap_frames=4)))
+    assert torch.equal(torch.cat([c.frames for c in chunks]), want)
