@@ -2,8 +2,8 @@
 each backbone and tower weight once, except that only the routed experts a token picks are read, the lm_head only
 in its narrowed rows (EOS and the semantic band), and an embedding table only in the rows a frame looks up; then
 the Gated DeltaNet states, read and written in float32, and the KV rows of the context so far. A decode step's
-ms against these bytes is the bandwidth it reached; these bytes at the GPU's bandwidth are its floor. A prompt's prefill reads the same weights, except that its rows
-together route to many more experts (prefill_bytes).
+ms against these bytes is the bandwidth it reached; these bytes at the GPU's bandwidth are its floor. A prompt's
+prefill reads the same backbone weights, except that its rows together route to many more experts (prefill_bytes).
 """
 from __future__ import annotations
 
@@ -57,4 +57,5 @@ def prefill_bytes(config: Drama3Config, experts_read: int, compute_bytes: int = 
     expert = sum(math.prod(spec.shape) * _KIND_BYTES.get(spec.kind, compute_bytes)
                  for name, spec in weight_shapes(config).items() if ".mlp.experts." in name)
     per_expert = expert // (b.num_layers * b.num_experts)
-    return per_frame.backbone - expert * b.num_experts_per_tok // b.num_experts + experts_read * per_expert
+    picked_by_one_row = expert * b.num_experts_per_tok // b.num_experts  # what frame_bytes counts of them
+    return per_frame.backbone - picked_by_one_row + experts_read * per_expert
