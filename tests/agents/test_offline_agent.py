@@ -24,6 +24,10 @@ KEPT_S12 = ["triton_prefill_moe", "cuda_graph_frame", "triton_deltanet", "triton
             "triton_backbone_attention", "graph_topk_sampling", "triton_backbone_deltanet", "triton_moe_block"]
 # proven after that engine was kept: codec_overlap in session 15, inductor_codec in session 16
 EVERY_PROVEN = [*KEPT_S12, "codec_overlap", "inductor_codec"]
+# proven later (sessions 21 and 25) and applicable on those lineages: applied too where a test wants the untried
+# transforms left to have priors under a retune's
+LATER_PROVEN = ["triton_code_heads", "triton_frame_glue", "pipelined_frames", "codec_conv_autotune",
+                "codec_channels_last"]
 
 
 def context_for(files: dict[str, str], **fields) -> ProposalContext:
@@ -267,7 +271,8 @@ def test_on_the_h200_kept_engine_the_first_exploring_slot_leaps_over_the_proven_
     assert set(leap.transforms) == {"inductor_decode_steps", "cuda_graph_codec", "triton_moe_fused", "triton_tower",
                                     "triton_sampling", "triton_backbone_attention", "graph_topk_sampling",
                                     "triton_backbone_deltanet", "triton_moe_block", "codec_overlap", "inductor_codec",
-                                    "triton_code_heads", "triton_frame_glue", "pipelined_frames"}
+                                    "triton_code_heads", "triton_frame_glue", "pipelined_frames",
+                                    "codec_conv_autotune", "codec_channels_last"}
     assert TRANSFORMS["triton_moe_fused"].label(fused) not in leap.title  # slower on this very parent
     tower = leap.transforms.index("triton_tower")
     assert tower < leap.transforms.index("triton_backbone_attention") and \
@@ -286,11 +291,12 @@ def test_past_the_untried_transforms_worth_more_the_slots_retune_the_lineages_ke
     transform with a prior above a retune's comes first, then one-parameter retunes of the applied Triton
     transforms; a retune measured slower is not proposed again on that parent, and its lesson says nothing about
     the transform itself."""
+    # (codec_overlap, inductor_codec and LATER_PROVEN came later; here they are applied, so only triton_moe_block
+    # is left)
     lineage = ["triton_prefill_moe", "cuda_graph_frame", "triton_deltanet", "triton_fp8_moe", "cuda_graph_prefill",
                "inductor_decode_steps", "cuda_graph_codec", "triton_moe_fused", "triton_tower", "triton_sampling",
                "triton_backbone_attention", "graph_topk_sampling", "triton_backbone_deltanet", "codec_overlap",
-               "inductor_codec", "triton_code_heads", "triton_frame_glue", "pipelined_frames"]  # (the last five came
-    # later; here they are applied, so only triton_moe_block is left)
+               "inductor_codec", *LATER_PROVEN]
     files = transformed(reference_run.files, *((name, next(TRANSFORMS[name].variants())) for name in lineage))
     parent = "drama3-h200-lease-001.i001.s00"
 
@@ -315,8 +321,7 @@ def test_retunes_go_to_the_transforms_whose_kernels_the_parents_profile_puts_fir
     frame-wide knob (the pipeline's stream priority) first, then the transform whose Triton kernels took most of the
     parent's profiled time; a kernel name two transforms' files share (the decode and prefill MoE kernels) splits
     its time between them; without a profile, by prior."""
-    # applied too: the untried left (with what they make applicable) have priors under a retune's
-    lineage = [*EVERY_PROVEN, "triton_code_heads", "triton_frame_glue", "pipelined_frames"]
+    lineage = [*EVERY_PROVEN, *LATER_PROVEN]
     files = transformed(reference_run.files, *((name, next(TRANSFORMS[name].variants())) for name in lineage))
 
     def first_retune(kernels: dict[str, float]) -> list[str]:
@@ -357,7 +362,8 @@ def test_a_lineage_with_stale_kernels_is_renewed_first_and_the_leap_carries_the_
     leap = propose(0)
     assert leap.title.startswith(offline.LEAP + RENEW + "triton_tower(version=")
     assert leap.transforms == ["triton_tower", "triton_backbone_deltanet", "triton_moe_block", "triton_code_heads",
-                               "inductor_codec", "triton_frame_glue", "pipelined_frames", "codec_overlap"]
+                               "inductor_codec", "triton_frame_glue", "pipelined_frames", "codec_overlap",
+                               "codec_conv_autotune", "codec_channels_last"]  # after the one it requires
     assert apply_edits(files, leap.edits)["triton_tower.py"] == today
     alone = propose(1)
     assert alone.title.startswith(RENEW) and alone.transforms == ["triton_tower"]
@@ -369,15 +375,14 @@ def test_a_lineage_with_stale_kernels_is_renewed_first_and_the_leap_carries_the_
     # no renewal to stack: the leap is the proven transforms the lineage lacks
     assert propose(0, [failed]).transforms == ["triton_backbone_deltanet", "triton_moe_block", "triton_code_heads",
                                                "inductor_codec", "triton_frame_glue", "pipelined_frames",
-                                               "codec_overlap"]
+                                               "codec_overlap", "codec_conv_autotune", "codec_channels_last"]
 
 
 def test_a_leap_of_renewals_edits_a_file_they_share_once(reference_run):
     """triton_moe_fused and triton_prefill_moe both carry fp8_bits.py: when it changed, both renew it. The leap
     computes each renewal on the files the previous ones produced, so the file is replaced once (a second
     replacement's SEARCH would no longer match) and the engine ends with today's files."""
-    # applied too: the untried left (with what they make applicable) have priors under a retune's
-    lineage = [*EVERY_PROVEN, "triton_code_heads", "triton_frame_glue", "pipelined_frames"]
+    lineage = [*EVERY_PROVEN, *LATER_PROVEN]
     today = transformed(reference_run.files, *((name, next(TRANSFORMS[name].variants())) for name in lineage))
     files = dict(today)
     files["fp8_bits.py"] += "# an older version\n"
@@ -393,8 +398,7 @@ def test_a_leap_renews_a_transform_after_the_one_whose_file_it_imports(reference
     """triton_moe_block's kernel imports triton_tower's helpers, so with both stale its renewal waits for
     triton_tower's (renew.py); the leap renews in rounds and brings both, and the exploring slots offer only what
     applies to the parent alone."""
-    # applied too: the untried left (with what they make applicable) have priors under a retune's
-    lineage = [*EVERY_PROVEN, "triton_code_heads", "triton_frame_glue", "pipelined_frames"]
+    lineage = [*EVERY_PROVEN, *LATER_PROVEN]
     today = transformed(reference_run.files, *((name, next(TRANSFORMS[name].variants())) for name in lineage))
     files = dict(today)
     files["triton_tower.py"] = files["triton_tower.py"].replace("RESIDUAL_", "OLD_")
