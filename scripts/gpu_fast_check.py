@@ -447,7 +447,7 @@ def run_engine(name: str, described: list[str], files: dict[str, str], root: Pat
         report.correctness = check(engine, oracle, config, tol)
         time_decode(report, engine, config, args.frames)
         codec_stages(report, engine, config)
-        if hasattr(engine, "program") and engine.device.type == "cuda":
+        if hasattr(engine, "program") and engine.device.type == "cuda" and not args.no_profile:
             graph_stages(report, pkg, engine, config)
             kernel_profile(report, engine, config)
         if torch.cuda.is_available():  # the shared weights plus this engine's own peak, not the engines alive before
@@ -524,6 +524,8 @@ def main() -> None:
     parser.add_argument("--no-reference", action="store_true",
                         help="skip the eager reference (~1-2 minutes at full size) and so the gate (reads '-'): a "
                              "timing probe of changes that cannot alter outputs, such as a stream priority")
+    parser.add_argument("--no-profile", action="store_true",
+                        help="skip the per-stage graphs and the kernel profiles (~20-40 s an engine): a short lease")
     parser.add_argument("--plus-only", action="store_true",
                         help="with --kept-plus: build only the extended engines, not the kept one as well (a lease "
                              "too short for both; its figures are in an earlier run)")
