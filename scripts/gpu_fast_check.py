@@ -289,8 +289,8 @@ def time_decode(report: Report, engine, config, frames: int) -> None:
     engine.prefill(rows, SamplingParams(), 0)
     report.decode_ms_wall = wall_ms(lambda: [engine.decode_frame() for _ in range(frames)], 1) / frames
     report.decode_frames_per_s = 1e3 / report.decode_ms_events
-    element = torch.empty(0, dtype=default_dtype(config)).element_size()
-    reads = frame_bytes(config, element, context_rows=rows.shape[0] + frames // 2)  # the timed frames' mean
+    # at the timed frames' mean context
+    reads = frame_bytes(config, default_dtype(config).itemsize, context_rows=rows.shape[0] + frames // 2)
     report.frame_gb, report.decode_tb_per_s = reads.total / 1e9, reads.total / report.decode_ms_events / 1e9
     if engine.device.type == "cuda":
         sync()
@@ -333,8 +333,7 @@ def time_streams(engines: list[tuple[Report, object]], config, frames: int, tria
                     prefills[report.engine].append(wall_ms(lambda: engine.prefill(rows, SamplingParams(), 0), 1))
                     if before is not None:
                         read = int((expert_counts(engine) != before).sum())
-                        element = torch.empty(0, dtype=default_dtype(config)).element_size()
-                        prefill_gb[report.engine] = prefill_bytes(config, read, element) / 1e9
+                        prefill_gb[report.engine] = prefill_bytes(config, read, default_dtype(config).itemsize) / 1e9
                 result = measure_trial(engine, request, schedule)
                 if not warm_up:
                     results[report.engine].append(result)
