@@ -1,0 +1,71 @@
+"""triton_deltanet_prep: in the prefill, a DeltaNet layer's way from its in-projection to the delta rule (the conv
+over [q|k|v] with the state's left context, SiLU, the q/k L2 norms and head repeat, beta and g, the next conv state)
+as one Triton kernel, called with triton_deltanet's kernel through one custom op. The engine's CPU path keeps the
+torch ops. The kernel files live in templates/triton_deltanet_prep/.
+"""
+from __future__ import annotations
+
+from .base import Files, Knobs, NotApplicable, Params, Patch, Transform, replace_once, template_files
+
+DELTANET = "deltanet.py"
+_START = "        mixed = torch.cat((q, k, v), dim=-1)  # (T, channels)\n"
+_END = "        o = delta_rule_op("
+_NEW_STATE = "        if state is None:\n            state = self.new_state(x.dtype, x.device)\n"
+_IMPORT = "from .prefill_ops import delta_rule_op\n"
+
+KNOBS = Knobs("deltanet_prep_params.py", "triton_deltanet_prep", {"num_warps": "per (row, value head) program"})
+
+
+def _torch_front(files: Files) -> str:
+    """deltanet.py's lines from the conv's input to the delta rule's call, inclusive: the part the kernel
+    replaces on CUDA (their exact text varies with the conv's form: conv1d or deltanet_conv_unfold)."""
+    source = files.get(DELTANET, "")
+    if source.count(_START) != 1 or source.count(_END) != 1 or source.count(_NEW_STATE) != 1:
+        raise NotApplicable(f"{DELTANET}: the DeltaNet front this transform rewrites is not there (or is ambiguous)")
+    start = source.index(_START)
+    end = source.index("\n", source.index(_END)) + 1
+    if not start < source.index(_NEW_STATE) < end:
+        raise NotApplicable(f"{DELTANET}: the DeltaNet front's state is not made where this transform expects it")
+    return source[start:end]
+
+
+def _apply(files: Files, params: Params) -> list[Patch]:
+    front = _torch_front(files)
+    torch_path = "".join("    " + line if line.strip() else line
+                         for line in front.replace(_NEW_STATE, "").splitlines(keepends=True))
+    return [
+        *template_files(files, "triton_deltanet_prep"),
+        KNOBS.patch(KNOBS.powers_of_two(params)),
+        Patch(DELTANET, front, _NEW_STATE + """\
+        if x.is_cuda or os.environ.get("TRITON_INTERPRET") == "1":  # triton_deltanet_prep: one kernel to the rule
+            o, state.conv = prepped_delta_rule_op(q, k, v, b, a, self.conv, state.conv, self.A_log, self.dt_bias,
+                                                  state.recurrent, state.valid, self.dk)
+        else:
+""" + torch_path),
+        replace_once(files, DELTANET, _IMPORT, _IMPORT + "from .deltanet_prep_op import prepped_delta_rule_op\n"),
+    ]
+
+
+triton_deltanet_prep = Transform(
+    name="triton_deltanet_prep",
+    # an estimate, not a measurement: in hello's graphed prefill on an H100 (session 25, docs/benchmarks.md) the
+    # inductor kernels between a DeltaNet layer's in-projection and its delta rule (the [q|k|v] concatenation, the
+    # conv's taps, two norms, five copies into the rule's contiguous inputs, the conv state's gather, fills: ~11 a
+    # layer, 330 launches) took ~0.8 ms of kernel time plus ~0.3 ms of gaps, of 16.5 ms to first audio
+    first_audio={"cuda": 1.04},
+    summary="run the prefill DeltaNet's conv + SiLU, q/k L2 norms and head repeat, beta/g gates and conv-state "
+            "carry as one Triton kernel per layer (reading the in-projection in place), then the delta rule kernel, "
+            "in one custom op: ~11 fewer launches per DeltaNet layer of the graphed prefill",
+    feature="gated_deltanet",
+    devices=frozenset({"cuda"}),
+    knobs=KNOBS,
+    templates=("triton_deltanet_prep",),
+    apply=_apply,
+    space={"num_warps": (1, 2, 4)},
+    requires=("triton_deltanet", "cuda_graph_prefill"),
+    lesson="The graphed, inductor-compiled prefill spends its non-expert time on many small kernels: each DeltaNet "
+           "layer made the delta rule's five fp32 inputs through ~11 of them (concatenation, conv taps, norms, "
+           "copies that make views contiguous, the conv state's gather), each a few us at prompt sizes whatever "
+           "its bytes. Every (row, value head) is independent up to the recurrence, so one kernel computes them "
+           "all from the projection's output in place; the sequential part stays in triton_deltanet's kernel.",
+)
