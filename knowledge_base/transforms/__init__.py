@@ -16,6 +16,7 @@ from .inductor_codec import inductor_codec
 from .inductor_steps import inductor_decode_steps
 from .moe import fp8_dequant_at_build, moe_dispatch
 from .pipelined_frames import pipelined_frames
+from .prefill_first_frame import prefill_first_frame
 from .prefill_fused_projections import prefill_fused_projections
 from .prefill_row_ladder import prefill_row_ladder
 from .prefix_moe_cache import prefix_moe_cache
@@ -42,7 +43,8 @@ ALL: tuple[Transform, ...] = (fp8_dequant_at_build, moe_dispatch, rope_tables, g
                               triton_backbone_deltanet, triton_moe_block, codec_overlap,
                               inductor_codec, triton_prefill_route, prefill_fused_projections, triton_code_heads,
                               triton_frame_glue, pipelined_frames, fused_sdpa, prefill_row_ladder,
-                              codec_conv_autotune, codec_channels_last, prefix_moe_cache, triton_deltanet_prep)
+                              codec_conv_autotune, codec_channels_last, prefix_moe_cache, triton_deltanet_prep,
+                              prefill_first_frame)
 TRANSFORMS: dict[str, Transform] = {t.name: t for t in ALL}
 
 __all__ = ["ALL", "TRANSFORMS", "NotApplicable", "Params", "Patch", "Transform"]
