@@ -25,6 +25,7 @@ from .triton_backbone_attention import triton_backbone_attention
 from .triton_backbone_deltanet import triton_backbone_deltanet
 from .triton_code_heads import triton_code_heads
 from .triton_deltanet import triton_deltanet
+from .triton_deltanet_chunks import triton_deltanet_chunks
 from .triton_deltanet_prep import triton_deltanet_prep
 from .triton_fp8_moe import triton_fp8_moe
 from .triton_frame_glue import triton_frame_glue
@@ -44,7 +45,7 @@ ALL: tuple[Transform, ...] = (fp8_dequant_at_build, moe_dispatch, rope_tables, g
                               inductor_codec, triton_prefill_route, prefill_fused_projections, triton_code_heads,
                               triton_frame_glue, pipelined_frames, fused_sdpa, prefill_row_ladder,
                               codec_conv_autotune, codec_channels_last, prefix_moe_cache, triton_deltanet_prep,
-                              prefill_first_frame)
+                              prefill_first_frame, triton_deltanet_chunks)
 TRANSFORMS: dict[str, Transform] = {t.name: t for t in ALL}
 
 __all__ = ["ALL", "TRANSFORMS", "NotApplicable", "Params", "Patch", "Transform"]

@@ -15,14 +15,14 @@ def prepped_delta_rule_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, b: 
                           conv_weight: torch.Tensor, conv_state: torch.Tensor, a_log: torch.Tensor,
                           dt_bias: torch.Tensor, recurrent: torch.Tensor, valid: torch.Tensor | None,
                           key_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """GatedDeltaNet's conv, SiLU, norms, gates (deltanet_prep) and delta rule (triton_deltanet) from the
-    in-projection's columns; updates the recurrent state (nv, dk, dv) fp32 in place. Returns (o (T, nv, dv) fp32,
-    the next conv state)."""
+    """GatedDeltaNet's conv, SiLU, norms, gates (deltanet_prep) and delta rule (deltanet.delta_rule: the engine's
+    kernel for it) from the in-projection's columns; updates the recurrent state (nv, dk, dv) fp32 in place.
+    Returns (o (T, nv, dv) fp32, the next conv state)."""
+    from .deltanet import delta_rule  # deltanet imports this module
     from .deltanet_prep import deltanet_prep
-    from .triton_deltanet import triton_delta_rule
 
     q, k, v, beta, g, conv = deltanet_prep(q, k, v, b, a, conv_weight, conv_state, a_log, dt_bias, valid, key_dim)
-    return triton_delta_rule(q, k, v, beta, g, recurrent, valid), conv
+    return delta_rule(q, k, v, beta, g, recurrent, valid), conv
 
 
 @prepped_delta_rule_op.register_fake

@@ -1,0 +1,103 @@
+"""triton_deltanet_chunks on CUDA: at the full model's Gated DeltaNet dims the chunked kernels (3xTF32 products)
+equal the reference delta_rule (outputs and final state), in chunks of 16 and 32, also stopped at a device valid
+length and with correlated keys (the triangular inverse's hard case); their time per layer call beside the
+recurrent kernel's is printed (run with -s) and must be lower at 209 rows; and scripts/gpu_fast_check.py's
+compiled fast_all stack with it (and with triton_deltanet_prep) passes the teacher-forced gate at drama3-mid."""
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+import torch.nn.functional as F
+from gpu_engines import assert_stack_passes_gate, config_named
+
+from knowledge_base.transforms import TRANSFORMS
+from reference_runtime.config import get_config
+from reference_runtime.model.deltanet import delta_rule
+
+pytestmark = pytest.mark.gpu
+pytest.importorskip("triton")
+STACK = ["cuda_graph_frame", "cuda_graph_codec", "triton_fp8_moe", "triton_prefill_moe", "triton_deltanet",
+         "cuda_graph_prefill", "graph_topk_sampling"]
+
+
+def _inputs(tokens: int, correlated: bool = False) -> tuple[torch.Tensor, ...]:
+    """delta_rule's inputs at the full model's dims as the layer makes them, and a start state; `correlated`: keys
+    near one direction per head, beta near 1, almost no decay."""
+    cfg, dev = get_config("drama3").backbone, torch.device("cuda")
+    nv, dk, dv = cfg.linear_num_value_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim
+    gen = torch.Generator(device=dev).manual_seed(tokens)
+    q = F.normalize(torch.randn(tokens, nv, dk, generator=gen, device=dev), dim=-1) * dk ** -0.5
+    k = torch.randn(tokens, nv, dk, generator=gen, device=dev)
+    if correlated:
+        k = torch.randn(1, nv, dk, generator=gen, device=dev) + 0.2 * k
+    k = F.normalize(k, dim=-1)
+    v = torch.randn(tokens, nv, dv, generator=gen, device=dev)
+    beta, g = torch.rand(tokens, nv, generator=gen, device=dev), -torch.rand(tokens, nv, generator=gen, device=dev)
+    if correlated:
+        beta, g = 0.9 + 0.1 * beta, 0.01 * g
+    return q, k, v, beta, g, torch.randn(nv, dk, dv, generator=gen, device=dev)
+
+
+def _package(load_package, chunk: int):
+    return load_package([(TRANSFORMS[n], {}) for n in ("triton_prefill_moe", "cuda_graph_frame", "triton_deltanet",
+                                                       "cuda_graph_prefill")]
+                        + [(TRANSFORMS["triton_deltanet_chunks"], {"chunk": chunk})])
+
+
+@pytest.mark.parametrize(("tokens", "valid", "correlated"), [(64, None, False), (209, None, False),
+                                                             (256, 209, False), (256, 52, False), (209, None, True)])
+@pytest.mark.parametrize("chunk", [16, 32])
+def test_chunked_kernels_match_delta_rule_at_full_dims(load_package, tokens, valid, correlated, chunk):
+    kernels = importlib.import_module(f"{_package(load_package, chunk).__name__}.chunked_delta_rule")
+    q, k, v, beta, g, state = _inputs(tokens, correlated)
+    n = tokens if valid is None else valid
+    want_state, got_state = state.clone(), state.clone()
+    want = delta_rule(q[:n], k[:n], v[:n], beta[:n], g[:n], want_state)
+    length = None if valid is None else torch.tensor([valid], device=q.device)
+    got = kernels.chunked_delta_rule(q, k, v, beta, g, got_state, length)
+    torch.testing.assert_close(got[:n], want, atol=1e-4, rtol=1e-3)
+    torch.testing.assert_close(got_state, want_state, atol=1e-4, rtol=1e-3)
+    assert not got[n:].any()
+
+
+def _call_us(fn, args) -> float:
+    """One call's time inside a CUDA graph of 20 (no host launch overhead), as a prefill graph replays it."""
+    fn(*args)  # compile, outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(20):
+            fn(*args)
+    graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / 20 * 1e3
+
+
+def test_chunked_beats_the_recurrent_kernel_on_a_long_prompt(load_package):
+    """A layer's call as a graphed prefill bucket makes it: 224 rows (voice's ladder bucket), 52 or 209 valid."""
+    q, k, v, beta, g, state = _inputs(224)
+    pkg = _package(load_package, 16)
+    recurrent = importlib.import_module(f"{pkg.__name__}.triton_deltanet").triton_delta_rule
+    us = {}
+    for chunk in (16, 32):
+        chunked = importlib.import_module(f"{_package(load_package, chunk).__name__}.chunked_delta_rule")
+        for valid in (52, 209):
+            length = torch.tensor([valid], device=q.device)
+            us[f"chunk {chunk}, {valid} rows"] = _call_us(chunked.chunked_delta_rule,
+                                                          (q, k, v, beta, g, state.clone(), length))
+    for valid in (52, 209):
+        us[f"recurrent, {valid} rows"] = _call_us(recurrent, (q, k, v, beta, g, state.clone(),
+                                                              torch.tensor([valid], device=q.device)))
+    print("\nus per layer call: " + ", ".join(f"{name} {t:.1f}" for name, t in us.items()))
+    assert min(us["chunk 16, 209 rows"], us["chunk 32, 209 rows"]) < us["recurrent, 209 rows"], us
+
+
+@pytest.mark.parametrize("fronts", [[], ["triton_deltanet_prep"]], ids=["torch_front", "prep_front"])
+def test_compiled_fast_all_with_it_passes_the_gate_at_mid_size(load_package, fronts):
+    names = STACK + fronts + ["triton_deltanet_chunks"]
+    assert_stack_passes_gate(load_package, config_named("drama3-mid"), [(TRANSFORMS[n], {}) for n in names])
