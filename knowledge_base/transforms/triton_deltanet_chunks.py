@@ -58,7 +58,10 @@ triton_deltanet_chunks = Transform(
     knobs=KNOBS,
     templates=("triton_deltanet_chunks",),
     apply=_apply,
-    space={"chunk": (16, 32), "block_v": (32, 16, 64), "num_warps": (4, 8), "min_rows": (64, 32, 128)},
+    # defaults: the one tile compiled for sm_90 at full dims (ptxas -v) without spilling registers: chunk 16, 32
+    # value columns, 8 warps (255 registers, 16 barriers a chunk step); 4 warps spilled 208-680 bytes, chunk 32
+    # 700-2300 bytes
+    space={"chunk": (16, 32), "block_v": (32, 64, 16), "num_warps": (8, 4), "min_rows": (64, 32, 128)},
     requires=("triton_deltanet", "cuda_graph_prefill"),  # the rule with a device row count `valid`
     lesson="The recurrent kernel's prefill is T dependent token steps per layer (~0.46-0.8 us each: a cross-warp "
            "reduction, the state update, another reduction), so long prompts pay it most: ~2.9 ms of a 209-row "
