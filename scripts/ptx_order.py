@@ -10,7 +10,8 @@ draws' search steps from 63 to 22, and both ran slower on the GPU (session 21).
     python3 scripts/ptx_order.py [--warps W] [--block-n N]
 
 --warps and --block-n replace every kernel's warps and rows per program: what a tile would cost before a GPU
-measures it.
+measures it. The last three rows are the prefill's DeltaNet kernels of triton_deltanet_prep and
+triton_deltanet_chunks (not yet proven), on top of the recipe.
 """
 from __future__ import annotations
 
@@ -100,6 +101,9 @@ def _kernels(warps: int | None, block_n: int | None) -> dict[str, Callable[[], o
     tower, fused, block, step, delta, draws = (
         importlib.import_module(f"{engine.__name__}.{m}")
         for m in ("triton_tower", "fused_moe", "moe_block", "triton_deltanet_step", "triton_deltanet", "triton_sampling"))
+    prefill = import_package(recipe_files(RECIPES["proven"] + (("triton_deltanet_prep", {}),
+                                                               ("triton_deltanet_chunks", {}))), root, "ptx_order_prefill")
+    prep, chunks = (importlib.import_module(f"{prefill.__name__}.{m}") for m in ("deltanet_prep", "chunked_delta_rule"))
     b, t = get_config("drama3").backbone, get_config("drama3").tower
     h, e, k, inter, fp8 = b.hidden_size, b.num_experts, b.num_experts_per_tok, b.moe_intermediate_size, b.fp8_block
     nk, nv, dk, dv = b.linear_num_key_heads, b.linear_num_value_heads, b.linear_key_head_dim, b.linear_value_head_dim
@@ -148,6 +152,15 @@ def _kernels(warps: int | None, block_n: int | None) -> dict[str, Callable[[], o
         "draw code (per search step)": run(draws._draw_code_kernel, _ptr(F32), _ptr(I64), _ptr(I64), residual,
                                            1.0, 0.9, 30, False, True, True, True, code_block,
                                            num_warps=draws.CODE_WARPS),
+        "delta rule front (prefill)": run(prep._prep_kernel, *[_ptr(BF16)] * 5, in_proj, in_proj, in_proj, in_proj,
+                                          in_proj, _ptr(BF16), _ptr(BF16), _ptr(F32), _ptr(BF16), _ptr(I64),
+                                          *[_ptr(F32)] * 5, _ptr(BF16), 224, dk ** -0.5, nv, dk, dv, nk * dk, channels,
+                                          nv // nk, b.linear_conv_kernel, True, num_warps=prep.NUM_WARPS),
+        "delta rule chunk factors": run(chunks._factors_kernel, *[_ptr(F32)] * 7, _ptr(I64), 224, nv, dk, dv,
+                                        chunks.CHUNK, True, chunks.PRECISION, num_warps=chunks.NUM_WARPS),
+        "delta rule chunks (per chunk)": run(chunks._recurrence_kernel, *[_ptr(F32)] * 7, _ptr(I64), 224, 224, nv, dk,
+                                             dv, chunks.CHUNK, math.gcd(chunks.BLOCK_V, dv), True, chunks.PRECISION,
+                                             num_warps=chunks.NUM_WARPS),
     }
 
 
