@@ -1,8 +1,8 @@
 """scripts/ptx_order.py stays runnable on a machine without a GPU, every kernel it lists compiles without spills
-(the prefill's DeltaNet front and chunk kernels included, at their default tiles), the kernels that session 14 made issue every
-load before their first reduction still do (one run of loads before any barrier), and the loops keep the barriers
-the measured kernels have: 14 per token in the prefill's delta rule, 3+3 per search step in a code draw (session
-20's 4 and 5+5 ran slower on the GPU: session 21 reverted them)."""
+(the prefill's DeltaNet front and chunk kernels included, at their default tiles), the kernels that session 14 made
+issue every load before their first reduction still do (one run of loads before any barrier), and the loops keep
+the barriers the measured kernels have: 14 per token in the prefill's delta rule, 3+3 per search step in a code
+draw (session 20's 4 and 5+5 ran slower on the GPU: session 21 reverted them)."""
 from __future__ import annotations
 
 import subprocess
