@@ -101,8 +101,8 @@ def _kernels(warps: int | None, block_n: int | None) -> dict[str, Callable[[], o
     tower, fused, block, step, delta, draws = (
         importlib.import_module(f"{engine.__name__}.{m}")
         for m in ("triton_tower", "fused_moe", "moe_block", "triton_deltanet_step", "triton_deltanet", "triton_sampling"))
-    prefill = import_package(recipe_files(RECIPES["proven"] + (("triton_deltanet_prep", {}),
-                                                               ("triton_deltanet_chunks", {}))), root, "ptx_order_prefill")
+    prefill_recipe = RECIPES["proven"] + (("triton_deltanet_prep", {}), ("triton_deltanet_chunks", {}))
+    prefill = import_package(recipe_files(prefill_recipe), root, "ptx_order_prefill")
     prep, chunks = (importlib.import_module(f"{prefill.__name__}.{m}") for m in ("deltanet_prep", "chunked_delta_rule"))
     b, t = get_config("drama3").backbone, get_config("drama3").tower
     h, e, k, inter, fp8 = b.hidden_size, b.num_experts, b.num_experts_per_tok, b.moe_intermediate_size, b.fp8_block

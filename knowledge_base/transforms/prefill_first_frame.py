@@ -90,7 +90,8 @@ def _engine_patches(files: Files) -> list[Patch]:
 
 def _graphs_patches(files: Files) -> list[Patch]:
     return [
-        replace_once(files, GRAPHS, _GRAPHS_IMPORT, "from reference_runtime.api import SamplingParams\n" + _GRAPHS_IMPORT),
+        replace_once(files, GRAPHS, _GRAPHS_IMPORT,
+                     "from reference_runtime.api import SamplingParams\n" + _GRAPHS_IMPORT),
         replace_once(files, GRAPHS, _GRAPHS_INIT, """\
     def __init__(self, config: Drama3Config, model: Drama3Model, state: StaticState, pool: tuple | None,
                  frames=None) -> None:
@@ -102,7 +103,8 @@ def _graphs_patches(files: Files) -> list[Patch]:
         self._graphs: dict[tuple[int, SamplingParams | None], torch.cuda.CUDAGraph] = {}
         self._prewarm_sampling = SamplingParams() if frames is not None and frames.pipeline is not None else None
 """),
-        replace_once(files, GRAPHS, _GRAPHS_PREWARM, "                    self._graph(bucket, self._prewarm_sampling)\n"),
+        replace_once(files, GRAPHS, _GRAPHS_PREWARM,
+                     "                    self._graph(bucket, self._prewarm_sampling)\n"),
         replace_once(files, GRAPHS, _GRAPHS_RUN, '''\
     def run(self, rows: torch.Tensor, sampling: SamplingParams | None) -> None:
         """Prefill prompt rows (R, 11), on the device, into the state (after state.reset); with `sampling`, also

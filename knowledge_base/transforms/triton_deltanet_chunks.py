@@ -67,8 +67,8 @@ triton_deltanet_chunks = Transform(
            "reduction, the state update, another reduction), so long prompts pay it most: ~2.9 ms of a 209-row "
            "prompt's prefill on an H100. The chunk form trades those steps for small matrix products per chunk; "
            "session 12's version was slower than the recurrence because its products ran as fp32 FMA loops "
-           "(input_precision ieee), with 64-row chunks. Here the products use 3xTF32 tensor-core passes on "
-           "16-32-row chunks, and the triangular inverse (forward substitution: a power series cancels "
-           "catastrophically in fp32 with correlated keys) runs in the parallel factors kernel. Measure against the recurrent "
-           "kernel at the prompt sizes of the benchmark (52-209 rows); min_rows keeps short calls recurrent.",
+           "(input_precision ieee), with 64-row chunks. Here the products use 3xTF32 tensor-core passes on 16-32-row "
+           "chunks, and the triangular inverse (forward substitution: a power series cancels catastrophically in fp32"
+           " with correlated keys) runs in the parallel factors kernel. Measure against the recurrent kernel at the "
+           "prompt sizes of the benchmark (52-209 rows); min_rows keeps short calls recurrent.",
 )

@@ -78,7 +78,7 @@ def test_applies_on_the_graphed_prefill_once():
     for params in triton_deltanet_chunks.variants():
         triton_deltanet_chunks.apply(base, params)
     with pytest.raises(NotApplicable):
-        triton_deltanet_chunks.apply(transformed(base, [triton_deltanet_chunks]), next(triton_deltanet_chunks.variants()))
+        triton_deltanet_chunks.apply(transformed(base, [triton_deltanet_chunks]), {})
     with pytest.raises(ValueError, match="at least 16"):
         triton_deltanet_chunks.apply(base, next(triton_deltanet_chunks.variants()) | {"chunk": 8})
 
