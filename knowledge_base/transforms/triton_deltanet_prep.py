@@ -12,8 +12,12 @@ _START = "        mixed = torch.cat((q, k, v), dim=-1)  # (T, channels)\n"
 _END = "        o = delta_rule_op("
 _NEW_STATE = "        if state is None:\n            state = self.new_state(x.dtype, x.device)\n"
 _IMPORT = "from .prefill_ops import delta_rule_op\n"
+_CONV = "        self.conv = take(weights, f\"{prefix}conv1d.weight\", (self.conv_channels, 1, self.kernel), device)\n"
 
-KNOBS = Knobs("deltanet_prep_params.py", "triton_deltanet_prep", {"num_warps": "per (row, value head) program"})
+KNOBS = Knobs("deltanet_prep_params.py", "triton_deltanet_prep", {
+    "block_t": "prompt rows per program (each program one value head)",
+    "num_warps": "",
+})
 
 
 def _torch_front(files: Files) -> str:
@@ -38,11 +42,15 @@ def _apply(files: Files, params: Params) -> list[Patch]:
         KNOBS.patch(KNOBS.powers_of_two(params)),
         Patch(DELTANET, front, _NEW_STATE + """\
         if x.is_cuda or os.environ.get("TRITON_INTERPRET") == "1":  # triton_deltanet_prep: one kernel to the rule
-            o, state.conv = prepped_delta_rule_op(q, k, v, b, a, self.conv, state.conv, self.A_log, self.dt_bias,
+            o, state.conv = prepped_delta_rule_op(q, k, v, b, a, self.conv_taps, state.conv, self.A_log, self.dt_bias,
                                                   state.recurrent, state.valid, self.dk)
         else:
 """ + torch_path),
         replace_once(files, DELTANET, _IMPORT, _IMPORT + "from .deltanet_prep_op import prepped_delta_rule_op\n"),
+        replace_once(files, DELTANET, _CONV, _CONV + """\
+        # triton_deltanet_prep: the taps as (kernel, channels), each contiguous like the rows the kernel reads
+        self.conv_taps = self.conv[:, 0, :].t().contiguous()
+"""),
     ]
 
 
@@ -61,7 +69,10 @@ triton_deltanet_prep = Transform(
     knobs=KNOBS,
     templates=("triton_deltanet_prep",),
     apply=_apply,
-    space={"num_warps": (1, 2, 4)},
+    # defaults: compiled for sm_90 at full dims (scripts/ptx_order.py), one warp issues every load of its rows before
+    # its first barrier (1 round trip; 4 rows: 117 registers, 8 rows: 204); 2 or 4 warps put a barrier between the
+    # conv taps' loads (14 round trips)
+    space={"block_t": (4, 8, 2), "num_warps": (1, 2)},
     requires=("triton_deltanet", "cuda_graph_prefill"),
     lesson="The graphed, inductor-compiled prefill spends its non-expert time on many small kernels: each DeltaNet "
            "layer made the delta rule's five fp32 inputs through ~11 of them (concatenation, conv taps, norms, "

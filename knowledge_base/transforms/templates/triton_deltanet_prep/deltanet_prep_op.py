@@ -12,7 +12,7 @@ _NAMESPACE = __package__.replace(".", "_")
 
 @torch.library.custom_op(f"{_NAMESPACE}::prepped_delta_rule", mutates_args=("recurrent",))
 def prepped_delta_rule_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, b: torch.Tensor, a: torch.Tensor,
-                          conv_weight: torch.Tensor, conv_state: torch.Tensor, a_log: torch.Tensor,
+                          conv_taps: torch.Tensor, conv_state: torch.Tensor, a_log: torch.Tensor,
                           dt_bias: torch.Tensor, recurrent: torch.Tensor, valid: torch.Tensor | None,
                           key_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
     """GatedDeltaNet's conv, SiLU, norms, gates (deltanet_prep) and delta rule (deltanet.delta_rule: the engine's
@@ -21,12 +21,12 @@ def prepped_delta_rule_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, b: 
     from .deltanet import delta_rule  # deltanet imports this module
     from .deltanet_prep import deltanet_prep
 
-    q, k, v, beta, g, conv = deltanet_prep(q, k, v, b, a, conv_weight, conv_state, a_log, dt_bias, valid, key_dim)
+    q, k, v, beta, g, conv = deltanet_prep(q, k, v, b, a, conv_taps, conv_state, a_log, dt_bias, valid, key_dim)
     return delta_rule(q, k, v, beta, g, recurrent, valid), conv
 
 
 @prepped_delta_rule_op.register_fake
-def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, b: torch.Tensor, a: torch.Tensor, conv_weight: torch.Tensor,
+def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, b: torch.Tensor, a: torch.Tensor, conv_taps: torch.Tensor,
       conv_state: torch.Tensor, a_log: torch.Tensor, dt_bias: torch.Tensor, recurrent: torch.Tensor,
       valid: torch.Tensor | None, key_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
     T, nv = b.shape
