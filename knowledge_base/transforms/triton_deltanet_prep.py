@@ -1,7 +1,8 @@
 """triton_deltanet_prep: in the prefill, a DeltaNet layer's way from its in-projection to the delta rule (the conv
 over [q|k|v] with the state's left context, SiLU, the q/k L2 norms and head repeat, beta and g, the next conv state)
-as one Triton kernel, called with triton_deltanet's kernel through one custom op. The engine's CPU path keeps the
-torch ops. The kernel files live in templates/triton_deltanet_prep/.
+as one Triton kernel, called with the delta rule (deltanet.delta_rule: triton_deltanet's kernel, or another
+transform's) through one custom op. The engine's CPU path keeps the torch ops. The kernel files live in
+templates/triton_deltanet_prep/.
 """
 from __future__ import annotations
 

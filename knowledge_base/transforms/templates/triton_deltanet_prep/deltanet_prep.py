@@ -3,9 +3,9 @@ as one Triton kernel per layer call: the causal depthwise conv (the state's last
 and SiLU, each rounded to the activations' dtype as the reference's conv and silu are; q and k L2-normalised per
 key head (q also times dk^-0.5) and repeated to the value heads; beta = sigmoid(b), g = -exp(A_log) *
 softplus(a + dt_bias); and the conv state the next call continues from (the inputs before row `valid`, or before
-the end). One program per (block of BLOCK_T rows, value head): the rows are independent, so there is no sequential
-step here; the recurrence stays in the delta rule's kernel. Inputs are read where the projection wrote them (any row stride),
-so nothing is concatenated or copied on the way.
+the end). One program per (block of BLOCK_T rows, value head): the rows are independent, so there is no
+sequential step here; the recurrence stays in the delta rule's kernel. Inputs are read where the projection wrote
+them (any row stride), so nothing is concatenated or copied on the way.
 """
 from __future__ import annotations
 
