@@ -113,10 +113,9 @@ def test_only_calls_of_min_rows_or_more_run_chunked(package, monkeypatch):
     assert calls == [deltanet.MIN_ROWS]
 
 
-@pytest.mark.parametrize("fronts", [[], [triton_deltanet_prep]], ids=["torch_front", "prep_front"])
-def test_graphed_prefill_keeps_the_reference_logits(tmp_path, fronts, monkeypatch):
-    """In chunks of 16 (the kernels' tests cover 32)."""
-    pkg = load(transformed(engine_files(REFERENCE), [*STACK, *fronts, _chunks(16)]), tmp_path)
+def test_graphed_prefill_keeps_the_reference_logits(tmp_path, monkeypatch):
+    """In chunks of 16 (the kernels' tests cover 32), reached through triton_deltanet_prep's op."""
+    pkg = load(transformed(engine_files(REFERENCE), [*STACK, triton_deltanet_prep, _chunks(16)]), tmp_path)
     kernels, lengths = _kernels(pkg), []
     chunked = kernels.chunked_delta_rule
     monkeypatch.setattr(kernels, "chunked_delta_rule", lambda q, *args: lengths.append(q.shape[0]) or chunked(q, *args))
