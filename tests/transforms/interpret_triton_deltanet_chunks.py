@@ -1,9 +1,9 @@
 """triton_deltanet_chunks on CPU through the Triton interpreter, run by test_triton_interpreter.py in a process started
 with TRITON_INTERPRET=1 (the products then run in fp32, as 3xTF32 nearly does on the GPU): the chunked kernels
-equal the reference delta_rule (outputs and final state) at drama3-tiny's head dims and at the full model's, in
-chunks of 16 and 32, over whole and partial chunks and stopped early by a device row count; only calls of at least
-min_rows tokens run chunked; and the graphed prefill with it keeps drama3-tiny's teacher-forced logits, with
-triton_deltanet_prep's op reaching it too. Full size and the time beside the recurrent kernel on CUDA:
+equal the reference delta_rule (outputs and final state) at drama3-tiny's head dims in chunks of 16 and 32 and at
+the full model's in chunks of 16 (with correlated keys too), over whole and partial chunks and stopped early by a
+device row count; only calls of at least min_rows tokens run chunked; and the graphed prefill with it keeps
+drama3-tiny's teacher-forced logits, with triton_deltanet_prep's op reaching it. Full size and the time beside the recurrent kernel on CUDA:
 tests/gpu/test_gpu_triton_deltanet_chunks.py."""
 from __future__ import annotations
 
@@ -89,6 +89,8 @@ def test_applies_on_the_graphed_prefill_once():
     (80, 2, 128, 128, None, True)],
     ids=["one_chunk", "partial_chunk", "valid", "valid_one_row", "full_dims", "full_dims_valid", "correlated"])
 def test_kernels_match_delta_rule(package, T, nv, dk, dv, valid, correlated):
+    if dk == 128 and _kernels(package).CHUNK != 16:
+        pytest.skip("the full head dims in chunks of 16 (the default) only: each compiles for sm_90 in CI")
     q, k, v, beta, g, state = _inputs(T, nv, dk, dv, correlated)
     n = T if valid is None else valid
     want_state, got_state = state.clone(), state.clone()
