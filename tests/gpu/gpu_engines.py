@@ -8,6 +8,7 @@ import itertools
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 from candidates.repo import engine_files, write_files
 from evaluator.compare import Logits, check_logits
@@ -109,3 +110,38 @@ def assert_bf16_close(got: torch.Tensor, want: torch.Tensor, tol: float = 2e-2) 
     scale = want.abs().max().item()
     assert got.dtype == want.dtype == torch.bfloat16 and scale > 0
     torch.testing.assert_close(got.float(), want.reshape(got.shape).float(), atol=tol * min(scale, 1.0), rtol=tol)
+
+
+def delta_rule_inputs(tokens: int, correlated: bool = False) -> tuple[torch.Tensor, ...]:
+    """delta_rule's inputs at the full model's Gated DeltaNet dims, as the layer makes them, and a start state, on
+    the GPU; `correlated`: keys near one direction per head, beta near 1 and almost no decay (the chunk form's
+    triangular inverse's hard case)."""
+    cfg, dev = get_config("drama3").backbone, torch.device("cuda")
+    nv, dk, dv = cfg.linear_num_value_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim
+    gen = torch.Generator(device=dev).manual_seed(tokens)
+    q = F.normalize(torch.randn(tokens, nv, dk, generator=gen, device=dev), dim=-1) * dk ** -0.5
+    k = torch.randn(tokens, nv, dk, generator=gen, device=dev)
+    if correlated:
+        k = torch.randn(1, nv, dk, generator=gen, device=dev) + 0.2 * k
+    k = F.normalize(k, dim=-1)
+    v = torch.randn(tokens, nv, dv, generator=gen, device=dev)
+    beta, g = torch.rand(tokens, nv, generator=gen, device=dev), -torch.rand(tokens, nv, generator=gen, device=dev)
+    if correlated:
+        beta, g = 0.9 + 0.1 * beta, 0.01 * g
+    return q, k, v, beta, g, torch.randn(nv, dk, dv, generator=gen, device=dev)
+
+
+def graphed_call_us(fn, args) -> float:
+    """One call's time inside a CUDA graph of 20 (no host launch overhead), as a prefill graph replays it."""
+    fn(*args)  # compile, outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(20):
+            fn(*args)
+    graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / 20 * 1e3

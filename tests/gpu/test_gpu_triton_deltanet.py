@@ -9,30 +9,15 @@ import importlib
 
 import pytest
 import torch
-import torch.nn.functional as F
-from gpu_engines import assert_passes_gate, config_named
+from gpu_engines import assert_passes_gate, config_named, delta_rule_inputs, graphed_call_us
 
 from knowledge_base.transforms.cuda_graph_frame import cuda_graph_frame
 from knowledge_base.transforms.triton_deltanet import triton_deltanet
-from reference_runtime.config import get_config
 from reference_runtime.model import build_engine
 from reference_runtime.model.deltanet import delta_rule
 from reference_runtime.weights import init_weights
 
 pytestmark = pytest.mark.gpu
-
-
-def _full_dims_inputs(tokens: int) -> tuple[torch.Tensor, ...]:
-    """delta_rule's inputs at the full model's Gated DeltaNet dims, as the layer makes them, and a start state."""
-    cfg, dev = get_config("drama3").backbone, torch.device("cuda")
-    nv, dk, dv = cfg.linear_num_value_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim
-    gen = torch.Generator(device=dev).manual_seed(tokens)
-    q = F.normalize(torch.randn(tokens, nv, dk, generator=gen, device=dev), dim=-1) * dk ** -0.5
-    k = F.normalize(torch.randn(tokens, nv, dk, generator=gen, device=dev), dim=-1)
-    v = torch.randn(tokens, nv, dv, generator=gen, device=dev)
-    beta = torch.rand(tokens, nv, generator=gen, device=dev)
-    g = -torch.rand(tokens, nv, generator=gen, device=dev)
-    return q, k, v, beta, g, torch.randn(nv, dk, dv, generator=gen, device=dev)
 
 
 def _kernels(load_package, params: dict):
@@ -43,7 +28,7 @@ def _kernels(load_package, params: dict):
 @pytest.mark.parametrize("block_v", [16, 32, 64])
 def test_kernel_matches_delta_rule_at_full_dims(load_package, tokens, block_v):
     kernels = _kernels(load_package, {"block_v": block_v, "chunk_rows": 0})
-    q, k, v, beta, g, state = _full_dims_inputs(tokens)
+    q, k, v, beta, g, state = delta_rule_inputs(tokens)
     want_state, got_state = state.clone(), state.clone()
     want = delta_rule(q, k, v, beta, g, want_state)  # the reference package: its torch loop on CUDA too
     got = kernels.triton_delta_rule(q, k, v, beta, g, got_state)
@@ -55,7 +40,7 @@ def test_kernel_matches_delta_rule_at_full_dims(load_package, tokens, block_v):
 @pytest.mark.parametrize("chunk_rows", [64, 32])
 def test_chunked_kernels_match_delta_rule_at_full_dims(load_package, tokens, valid, chunk_rows):
     kernels = _kernels(load_package, {"chunk_rows": chunk_rows})
-    q, k, v, beta, g, state = _full_dims_inputs(tokens)
+    q, k, v, beta, g, state = delta_rule_inputs(tokens)
     n = tokens if valid is None else valid
     want_state, got_state = state.clone(), state.clone()
     want = delta_rule(q[:n], k[:n], v[:n], beta[:n], g[:n], want_state)
@@ -69,23 +54,13 @@ def test_chunked_kernels_match_delta_rule_at_full_dims(load_package, tokens, val
 def test_chunked_kernel_time(load_package):
     """Per layer call as a graph-captured prefill bucket makes it (256 rows, the first 52 or 209 valid), timed over
     a CUDA graph of 20 calls, so host launch overhead does not count."""
-    q, k, v, beta, g, state = _full_dims_inputs(256)
+    q, k, v, beta, g, state = delta_rule_inputs(256)
     for chunk_rows in (0, 64, 32):
         kernels = _kernels(load_package, {"chunk_rows": chunk_rows})
         for valid in (52, 209):
             length = torch.tensor([valid], device=q.device)
-            kernels.triton_delta_rule(q, k, v, beta, g, state.clone(), length)  # compile, outside the capture
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                for _ in range(20):
-                    kernels.triton_delta_rule(q, k, v, beta, g, state, length)
-            graph.replay()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            graph.replay()
-            end.record()
-            torch.cuda.synchronize()
-            print(f"\nchunk_rows {chunk_rows}, valid {valid}: {start.elapsed_time(end) / 20 * 1e3:.1f} us per call")
+            us = graphed_call_us(kernels.triton_delta_rule, (q, k, v, beta, g, state, length))
+            print(f"\nchunk_rows {chunk_rows}, valid {valid}: {us:.1f} us per call")
 
 
 @pytest.mark.parametrize("config_name", ["drama3-tiny", "drama3-mid"])

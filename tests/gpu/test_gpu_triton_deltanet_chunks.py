@@ -9,35 +9,15 @@ import importlib
 
 import pytest
 import torch
-import torch.nn.functional as F
-from gpu_engines import assert_stack_passes_gate, config_named
+from gpu_engines import assert_stack_passes_gate, config_named, delta_rule_inputs, graphed_call_us
 
 from knowledge_base.transforms import TRANSFORMS
-from reference_runtime.config import get_config
 from reference_runtime.model.deltanet import delta_rule
 
 pytestmark = pytest.mark.gpu
 pytest.importorskip("triton")
 STACK = ["cuda_graph_frame", "cuda_graph_codec", "triton_fp8_moe", "triton_prefill_moe", "triton_deltanet",
          "cuda_graph_prefill", "graph_topk_sampling"]
-
-
-def _inputs(tokens: int, correlated: bool = False) -> tuple[torch.Tensor, ...]:
-    """delta_rule's inputs at the full model's dims as the layer makes them, and a start state; `correlated`: keys
-    near one direction per head, beta near 1, almost no decay."""
-    cfg, dev = get_config("drama3").backbone, torch.device("cuda")
-    nv, dk, dv = cfg.linear_num_value_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim
-    gen = torch.Generator(device=dev).manual_seed(tokens)
-    q = F.normalize(torch.randn(tokens, nv, dk, generator=gen, device=dev), dim=-1) * dk ** -0.5
-    k = torch.randn(tokens, nv, dk, generator=gen, device=dev)
-    if correlated:
-        k = torch.randn(1, nv, dk, generator=gen, device=dev) + 0.2 * k
-    k = F.normalize(k, dim=-1)
-    v = torch.randn(tokens, nv, dv, generator=gen, device=dev)
-    beta, g = torch.rand(tokens, nv, generator=gen, device=dev), -torch.rand(tokens, nv, generator=gen, device=dev)
-    if correlated:
-        beta, g = 0.9 + 0.1 * beta, 0.01 * g
-    return q, k, v, beta, g, torch.randn(nv, dk, dv, generator=gen, device=dev)
 
 
 def _package(load_package, chunk: int):
@@ -51,7 +31,7 @@ def _package(load_package, chunk: int):
 @pytest.mark.parametrize("chunk", [16, 32])
 def test_chunked_kernels_match_delta_rule_at_full_dims(load_package, tokens, valid, correlated, chunk):
     kernels = importlib.import_module(f"{_package(load_package, chunk).__name__}.chunked_delta_rule")
-    q, k, v, beta, g, state = _inputs(tokens, correlated)
+    q, k, v, beta, g, state = delta_rule_inputs(tokens, correlated)
     n = tokens if valid is None else valid
     want_state, got_state = state.clone(), state.clone()
     want = delta_rule(q[:n], k[:n], v[:n], beta[:n], g[:n], want_state)
@@ -62,25 +42,9 @@ def test_chunked_kernels_match_delta_rule_at_full_dims(load_package, tokens, val
     assert not got[n:].any()
 
 
-def _call_us(fn, args) -> float:
-    """One call's time inside a CUDA graph of 20 (no host launch overhead), as a prefill graph replays it."""
-    fn(*args)  # compile, outside the capture
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(20):
-            fn(*args)
-    graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / 20 * 1e3
-
-
 def test_chunked_beats_the_recurrent_kernel_on_a_long_prompt(load_package):
     """A layer's call as a graphed prefill bucket makes it: 224 rows (voice's ladder bucket), 52 or 209 valid."""
-    q, k, v, beta, g, state = _inputs(224)
+    q, k, v, beta, g, state = delta_rule_inputs(224)
     pkg = _package(load_package, 16)
     recurrent = importlib.import_module(f"{pkg.__name__}.triton_deltanet").triton_delta_rule
     us = {}
@@ -88,10 +52,10 @@ def test_chunked_beats_the_recurrent_kernel_on_a_long_prompt(load_package):
         chunked = importlib.import_module(f"{_package(load_package, chunk).__name__}.chunked_delta_rule")
         for valid in (52, 209):
             length = torch.tensor([valid], device=q.device)
-            us[f"chunk {chunk}, {valid} rows"] = _call_us(chunked.chunked_delta_rule,
+            us[f"chunk {chunk}, {valid} rows"] = graphed_call_us(chunked.chunked_delta_rule,
                                                           (q, k, v, beta, g, state.clone(), length))
     for valid in (52, 209):
-        us[f"recurrent, {valid} rows"] = _call_us(recurrent, (q, k, v, beta, g, state.clone(),
+        us[f"recurrent, {valid} rows"] = graphed_call_us(recurrent, (q, k, v, beta, g, state.clone(),
                                                               torch.tensor([valid], device=q.device)))
     print("\nus per layer call: " + ", ".join(f"{name} {t:.1f}" for name, t in us.items()))
     assert min(us["chunk 16, 209 rows"], us["chunk 32, 209 rows"]) < us["recurrent, 209 rows"], us
