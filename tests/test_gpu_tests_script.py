@@ -1,7 +1,7 @@
-"""scripts/gpu_tests.py, the per-test runner for time-limited GPU leases, on CPU: each test in its own process under
-its own limit, a hung test (and what it started) killed and reported as a timeout without hiding the next, a
-failure's message and a pass's own prints brought back, tests that the budget cannot fit listed as not run, and a
-module that does not import reported rather than dropped."""
+"""scripts/gpu_tests.py, the per-test runner for time-limited GPU leases, on CPU: each test in its own process (or
+with --shared, a file's tests in one until one hangs) under its own limit, a hung test (and what it started) killed
+and reported as a timeout without hiding the next, a failure's message and a pass's own prints brought back, tests
+that the budget cannot fit listed as not run, and a module that does not import reported rather than dropped."""
 from __future__ import annotations
 
 import re
@@ -65,11 +65,25 @@ def test_each_test_runs_under_its_own_limit(tmp_path):
     assert not _processes_running("import time; time.sleep(60)"), "the hung test's own child outlived its timeout"
 
 
+def test_shared_tests_keep_their_own_limits_and_a_hang_restarts_the_rest(tmp_path):
+    sample = tmp_path / "test_sample.py"
+    sample.write_text(SAMPLE)
+    done = _run(tmp_path, "--shared", "--per-test-s", "4", "--budget-s", "200", "--logs", str(tmp_path / "logs"),
+                str(sample))
+    assert _results(done.stdout) == {"test_prints": "passed", "test_fails": "FAILED", "test_hangs": "TIMEOUT",
+                                     "test_passes": "passed"}, done.stdout
+    assert "measured 1.5x" in done.stdout and "the arithmetic is off" in done.stdout
+    assert done.stdout.rstrip().endswith("2 passed, 1 FAILED, 1 TIMEOUT") and done.returncode == 1
+    assert len(list((tmp_path / "logs").iterdir())) == 2  # one process up to the hang, one after it
+    assert not _processes_running("import time; time.sleep(60)"), "the hung test's own child outlived its timeout"
+
+
 def test_a_spent_budget_lists_the_rest_as_not_run(tmp_path):
     sample = tmp_path / "test_sample.py"
     sample.write_text(SAMPLE)
-    done = _run(tmp_path, "--per-test-s", "60", "--budget-s", "20", str(sample))
-    assert done.stdout.rstrip().endswith("4 not run") and done.returncode == 1, done.stdout
+    for shared in ([], ["--shared"]):
+        done = _run(tmp_path, *shared, "--per-test-s", "60", "--budget-s", "20", str(sample))
+        assert done.stdout.rstrip().endswith("4 not run") and done.returncode == 1, done.stdout
 
 
 def test_a_module_that_does_not_import_is_reported(tmp_path):
