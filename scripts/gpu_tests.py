@@ -128,15 +128,15 @@ def _follow(proc: subprocess.Popen, events: Path, pending: list[str], per_test_s
             test = next(t for t in pending if t == event["test"] or t.endswith("/" + event["test"]))
             if event["event"] == "start":
                 current, since = test, time.perf_counter()
-                limit = min(per_test_s, deadline - since - SLACK_S)
-                if limit < min(MIN_TEST_S, per_test_s):
+                limit = _limit(per_test_s, deadline)
+                if limit is None:
                     _kill(proc)
                     yield from (Outcome(t, "not run", 0.0) for t in pending)
                     pending.clear()
                     return
             else:
                 tail = _printed(event["tail"]) if event["result"] == "passed" else \
-                    "\n".join(event["tail"].splitlines()[-TRACEBACK_LINES:])
+                    _last_lines(event["tail"], TRACEBACK_LINES)
                 pending.remove(test)
                 current = None
                 yield Outcome(test, event["result"], event["seconds"], limit, tail)
@@ -145,14 +145,14 @@ def _follow(proc: subprocess.Popen, events: Path, pending: list[str], per_test_s
         if current is not None and time.perf_counter() - since > limit:
             _kill(proc)
             pending.remove(current)
-            yield Outcome(current, "TIMEOUT", time.perf_counter() - since, limit, _tail(output, 5))
+            yield Outcome(current, "TIMEOUT", time.perf_counter() - since, limit, _last_lines(output, 5))
             return
         time.sleep(0.2)
     if current is not None:  # the process died inside a test (a crash, not an assertion)
         pending.remove(current)
-        yield Outcome(current, "FAILED", time.perf_counter() - since, limit, _tail(output, TRACEBACK_LINES))
+        yield Outcome(current, "FAILED", time.perf_counter() - since, limit, _last_lines(output, TRACEBACK_LINES))
     elif pending:  # it ended without starting them: report rather than loop
-        yield from (Outcome(t, "FAILED", 0.0, 0.0, _tail(output, TRACEBACK_LINES)) for t in pending)
+        yield from (Outcome(t, "FAILED", 0.0, 0.0, _last_lines(output, TRACEBACK_LINES)) for t in pending)
         pending.clear()
 
 
@@ -165,8 +165,17 @@ def _kill(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def _tail(path: Path, lines: int) -> str:
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+def _last_lines(text: str | Path, lines: int) -> str:
+    """The last `lines` of a text, or of a log file's."""
+    if isinstance(text, Path):
+        text = text.read_text(errors="replace")
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _limit(per_test_s: float, deadline: float) -> float | None:
+    """A test starting now gets this limit, or None: the budget cannot fit it (see MIN_TEST_S)."""
+    limit = min(per_test_s, deadline - time.perf_counter() - SLACK_S)
+    return limit if limit >= min(MIN_TEST_S, per_test_s) else None
 
 
 def _printed(output: str) -> str:
@@ -188,8 +197,8 @@ def _log(logs: Path | None, name: str) -> Path | None:
 
 def _one_by_one(tests: list[str], args: argparse.Namespace, started: float) -> Iterator[Outcome]:
     for test in tests:
-        limit = min(args.per_test_s, args.budget_s - (time.perf_counter() - started) - SLACK_S)
-        if limit < min(MIN_TEST_S, args.per_test_s):
+        limit = _limit(args.per_test_s, started + args.budget_s)
+        if limit is None:
             yield Outcome(test, "not run", 0.0)
             continue
         yield run_one(test, limit, _log(args.logs, test))
@@ -198,7 +207,7 @@ def _one_by_one(tests: list[str], args: argparse.Namespace, started: float) -> I
 def _shared(tests: list[str], args: argparse.Namespace, started: float) -> Iterator[Outcome]:
     deadline = started + args.budget_s
     for file, group in groupby(tests, key=lambda t: t.split("::")[0]):
-        if deadline - time.perf_counter() - SLACK_S < min(MIN_TEST_S, args.per_test_s):
+        if _limit(args.per_test_s, deadline) is None:
             yield from (Outcome(t, "not run", 0.0) for t in group)  # no process started for nothing
             continue
         yield from run_shared(list(group), args.per_test_s, deadline, _log(args.logs, file))

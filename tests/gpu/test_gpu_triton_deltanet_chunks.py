@@ -53,10 +53,10 @@ def test_chunked_beats_the_recurrent_kernel_on_a_long_prompt(load_package):
         for valid in (52, 209):
             length = torch.tensor([valid], device=q.device)
             us[f"chunk {chunk}, {valid} rows"] = graphed_call_us(chunked.chunked_delta_rule,
-                                                          (q, k, v, beta, g, state.clone(), length))
+                                                                 (q, k, v, beta, g, state.clone(), length))
     for valid in (52, 209):
         us[f"recurrent, {valid} rows"] = graphed_call_us(recurrent, (q, k, v, beta, g, state.clone(),
-                                                              torch.tensor([valid], device=q.device)))
+                                                                     torch.tensor([valid], device=q.device)))
     print("\nus per layer call: " + ", ".join(f"{name} {t:.1f}" for name, t in us.items()))
     assert min(us["chunk 16, 209 rows"], us["chunk 32, 209 rows"]) < us["recurrent, 209 rows"], us
 

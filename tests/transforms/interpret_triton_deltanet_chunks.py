@@ -3,8 +3,8 @@ with TRITON_INTERPRET=1 (the products then run in fp32, as 3xTF32 nearly does on
 equal the reference delta_rule (outputs and final state) at drama3-tiny's head dims in chunks of 16 and 32 and at
 the full model's in chunks of 16 (with correlated keys too), over whole and partial chunks and stopped early by a
 device row count; only calls of at least min_rows tokens run chunked; and the graphed prefill with it keeps
-drama3-tiny's teacher-forced logits, with triton_deltanet_prep's op reaching it. Full size and the time beside the recurrent kernel on CUDA:
-tests/gpu/test_gpu_triton_deltanet_chunks.py."""
+drama3-tiny's teacher-forced logits, with triton_deltanet_prep's op reaching it. Full size and the time beside the
+recurrent kernel on CUDA: tests/gpu/test_gpu_triton_deltanet_chunks.py."""
 from __future__ import annotations
 
 import dataclasses
