@@ -208,11 +208,11 @@ def _apply(files: Files, params: Params) -> list[Patch]:
 
 prefill_first_frame = Transform(
     name="prefill_first_frame",
-    # an estimate, not a measurement: in hello's prefill on an H100 (session 25, docs/benchmarks.md) the predict
-    # step's one-row tower kernels (_norm_gemv 26, _residual_gemv 26, _attention 13, _enter 13 launches) took
-    # 0.99 ms of the 16.5 ms to first audio; the merged pass keeps the code draws and adds one row to the prefill's
-    # tower GEMMs
-    first_audio={"cuda": 1.05},
+    # measured with triton_deltanet_prep on an H100 (session 28, docs/benchmarks.md; scripts/gpu_fast_check.py,
+    # 200-frame streams side by side on the leap's stack): time to first audio 15.6 / 23.3 / 22.2 -> 14.3 / 21.8 /
+    # 20.5 ms (hello / sentences / voice), 1.07-1.09x for the pair, frames/s unchanged; its share assumed half
+    first_audio={"cuda": 1.04},
+    proven=frozenset({"cuda"}),
     summary="draw the first frame inside the graphed prefill: the tower runs once over all the prompt's rows with "
             "the last row's codes drawn between its layers, instead of a teacher-forced pass over rows 0..R-2 and "
             "then a one-row predict step reading the tower's weights again",

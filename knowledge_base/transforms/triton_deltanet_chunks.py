@@ -45,11 +45,12 @@ def _apply(files: Files, params: Params) -> list[Patch]:
 
 triton_deltanet_chunks = Transform(
     name="triton_deltanet_chunks",
-    # an estimate, not a measurement: the recurrent kernel took 2.9 ms of voice's 19.3 ms of prefill kernels on an
-    # H100 (session 25: 30 layers x ~97 us, 209 rows at ~0.46 us a token step); in chunks of 16 that is 14 chunk
-    # steps of four 16-row products each. Session 12's chunked form (ieee fp32 products, a 64-step row-by-row
-    # inverse) was 4x slower than the recurrent kernel: this one is unproven until timed
-    first_audio={"cuda": 1.05},
+    # measured on an H100 (session 28, docs/benchmarks.md): on top of triton_deltanet_prep + prefill_first_frame,
+    # time to first audio 14.3 / 21.8 / 20.5 -> 14.3 / 21.8 / 20.3 ms in 200-frame streams side by side (within
+    # noise); per layer call at full dims, chunks of 16 took 91.7 us for 209 rows against the recurrent kernel's
+    # 97.0 (29.7 against 27.3 for 52 rows): the prompts are too short for the chunks' products to pay. It passed the
+    # gate there but stays out of `proven`, which leaps stack: a leap gains nothing from it
+    first_audio={"cuda": 1.01},
     summary="run the prefill's gated delta rule in chunks of 16-32 tokens as tensor-core products (3xTF32, about "
             "fp32's precision): the WY factors of every chunk in parallel, then T / chunk sequential steps of "
             "products instead of T token steps",

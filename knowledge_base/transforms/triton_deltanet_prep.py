@@ -57,11 +57,11 @@ def _apply(files: Files, params: Params) -> list[Patch]:
 
 triton_deltanet_prep = Transform(
     name="triton_deltanet_prep",
-    # an estimate, not a measurement: in hello's graphed prefill on an H100 (session 25, docs/benchmarks.md) the
-    # inductor kernels between a DeltaNet layer's in-projection and its delta rule (the [q|k|v] concatenation, the
-    # conv's taps, two norms, five copies into the rule's contiguous inputs, the conv state's gather, fills: ~11 a
-    # layer, 330 launches) took ~0.8 ms of kernel time plus ~0.3 ms of gaps, of 16.5 ms to first audio
+    # measured with prefill_first_frame on an H100 (session 28, docs/benchmarks.md; scripts/gpu_fast_check.py,
+    # 200-frame streams side by side on the leap's stack): time to first audio 1.07-1.09x for the pair, frames/s
+    # unchanged; its share assumed half (session 25's profile: ~1.1 ms of 16.5 ms in the launches it replaces)
     first_audio={"cuda": 1.04},
+    proven=frozenset({"cuda"}),
     summary="run the prefill DeltaNet's conv + SiLU, q/k L2 norms and head repeat, beta/g gates and conv-state "
             "carry as one Triton kernel per layer (reading the in-projection in place), then the delta rule kernel, "
             "in one custom op: ~11 fewer launches per DeltaNet layer of the graphed prefill",
