@@ -5,12 +5,14 @@ scripts here are left out: they only drive the engines' device functions under t
 GPU, and their modules import only under TRITON_INTERPRET=1."""
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from interpreted_runs import BACKGROUND, Background
 from triton_launches import encode_launch
 
 HERE = Path(__file__).resolve().parent
@@ -68,3 +70,18 @@ def _record_triton_launches() -> Iterator[None]:
         patch.setattr(InterpretedFunction, "run", recording_run)
         yield
     Path(path).write_text("".join(f"{line}\n" for line in sorted(launches)))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Starts test_triton_interpreter.py's scripts as soon as the session knows it will run them (interpreted_runs.py
+    says why)."""
+    scripts = [item.callspec.params["script"] for item in session.items
+               if item.path.name == "test_triton_interpreter.py"]
+    if scripts and not session.config.option.collectonly and importlib.util.find_spec("triton") is not None:
+        background = session.config.stash[BACKGROUND] = Background()
+        background.start(scripts)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if background := session.config.stash.get(BACKGROUND, None):
+        background.stop()
