@@ -143,7 +143,12 @@ class _Evaluation:
             # than after the correctness cascade; builds are not timed, so neither is frozen for the other.
             baseline = self.pool.start("baseline", self.baseline_dir) if kept_baseline and not self.correctness_only \
                 else None
-            self.ready = candidate.ready(deadline)
+            try:
+                self.ready = candidate.ready(deadline)
+            except WorkerFailure as failure:
+                if failure.status is Status.CRASH:
+                    _reference_starts(self.pool, oracle, deadline)
+                raise
             if baseline is not None:
                 _trusted(baseline.ready, deadline)
                 self._baseline_worker = baseline
@@ -233,6 +238,23 @@ def _same_gpu(target: Target, ready: Ready) -> None:
     """A trusted engine's device is the target's GPU kind, or the evaluation stops before anything is timed."""
     if (why := gpu_mismatch(target.hardware, ready.hardware)) is not None:
         raise EvaluatorError(why)
+
+
+def _reference_starts(pool: Pool, oracle: Worker, deadline: Deadline) -> None:
+    """After a candidate crashed while starting: the reference's engine starts on this machine, or the machine is at
+    fault (no CUDA device, a driver or package missing), not the candidate, and every candidate would be recorded as
+    a crash and a lesson: a harness error instead."""
+    try:
+        pool.use(oracle).ready(deadline)
+    except WorkerFailure as f:
+        if f.status is Status.CRASH:
+            raise EvaluatorError(f"the reference engine cannot start on this machine either ({f.message}): check "
+                                 f"that it has the target's hardware ({_hardware(pool.target)})\n{f.log_tail}") from f
+
+
+def _hardware(target: Target) -> str:
+    h = target.hardware
+    return "CPU" if h.device == "cpu" else f"{h.gpu_count} x {h.gpu or 'CUDA GPU'}"
 
 
 def _trusted(call, *args):

@@ -233,6 +233,9 @@ def main() -> None:
     device = torch.device(init.device)
     devices = (device,) if init.codec_device is None else (device, torch.device(init.codec_device))
     if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if missing := [d for d in devices if (d.index or 0) >= count]:
+            sys.exit(f"no CUDA device {missing[0]} here: this machine's torch {torch.__version__} sees {count}")
         torch.cuda.set_device(device)
     started, threads = time.perf_counter(), torch.get_num_threads()
     try:

@@ -1,12 +1,14 @@
 """Every way a candidate can fail gives a typed verdict, and the caller survives: crash, import error, hang,
-sys.exit, segfault, host OOM (RSS watch and MemoryError), device allocation failures, CUDA fault text."""
+sys.exit, segfault, host OOM (RSS watch and MemoryError), device allocation failures, CUDA fault text. A machine
+that cannot start the reference's engine either is a harness error, not a candidate's crash."""
 from __future__ import annotations
 
 import time
 
 import pytest
+import torch
 
-from evaluator import Status, evaluate
+from evaluator import EvaluatorError, Status, evaluate
 from evaluator.channel import ALLOC_FAILURE_MARKERS, cuda_failure
 from evaluator.sandbox import REFERENCE_DIR
 from tests.evaluator.candidate_factory import build_engine_body, make_candidate, small_target
@@ -78,3 +80,13 @@ def test_rss_over_the_memory_limit_is_oom(tiny_target, tmp_path):
 def test_missing_candidate_dir_is_a_build_error(tiny_target, tmp_path):
     verdict = evaluate(tmp_path / "nope", tiny_target, baseline_dir=REFERENCE_DIR, work_dir=tmp_path / "work")
     assert verdict.status == Status.BUILD_ERROR and "no __init__.py" in verdict.summary
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_a_gpu_target_on_a_machine_without_one_is_a_harness_error(tiny_target, tmp_path):
+    """Every candidate would crash here: recorded as crashes, their lessons would steer later runs away from them."""
+    hardware = tiny_target.hardware.model_copy(update={"device": "cuda", "gpu": "h200"})
+    with pytest.raises(EvaluatorError, match=r"reference engine cannot start on this machine(.|\n)*1 x h200"
+                                             r"(.|\n)*no CUDA device cuda:0"):
+        evaluate(make_candidate(tmp_path), tiny_target.model_copy(update={"hardware": hardware}),
+                 baseline_dir=REFERENCE_DIR, work_dir=tmp_path / "work")
