@@ -1,8 +1,10 @@
-"""Under test_triton_interpreter.py (which sets SWARM_TRITON_LAUNCHES), every kernel launch the interpreter runs is
-written to that file, once per distinct launch: the interpreter runs kernels as Python and lets through code that
-Triton's compiler refuses, so sm90_compile.py compiles each recorded launch afterwards. Kernels defined in the
-scripts here are left out: they only drive the engines' device functions under the interpreter, never run on the
-GPU, and their modules import only under TRITON_INTERPRET=1."""
+"""The interpret_*.py scripts' setup. Under test_triton_interpreter.py (which sets SWARM_TRITON_LAUNCHES), every
+kernel launch the interpreter runs is written to that file, once per distinct launch: the interpreter runs kernels
+as Python and lets through code that Triton's compiler refuses, so sm90_compile.py compiles each recorded launch
+afterwards. Kernels defined in the scripts here are left out: they only drive the engines' device functions under
+the interpreter, never run on the GPU, and their modules import only under TRITON_INTERPRET=1. Interpreted runs
+are slow, so a session that runs test_triton_interpreter.py starts them when its collection ends
+(interpreted_runs.py)."""
 from __future__ import annotations
 
 import importlib.util

@@ -1,7 +1,8 @@
 """The interpret_*.py scripts' runs for test_triton_interpreter.py, started when collection ends (conftest.py) and
-run in the background while the rest of the session goes on: they are most of the suite's CPU time (~600 core-s on
-CI's two cores) while the other tests keep about one core busy (torch at one thread), so they take what the others
-leave. Each run is niced to the lowest priority, so a timing test beside it keeps its core.
+run in the background while the rest of the session goes on: they are ~40% of the suite's CPU time (~600 of 1400
+core-s on a 2-core machine) while the other tests keep about one core busy (torch at one thread), so they take what
+the others leave (the suite 1010 -> 909 s there). Each run is niced to the lowest priority, so a timing test beside
+it keeps its core.
 
 A run is the script under the Triton interpreter in a subprocess with TRITON_INTERPRET=1 (triton reads the flag
 when it is imported, so it cannot be switched on inside a session that may already have imported triton, and must
