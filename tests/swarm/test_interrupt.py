@@ -31,7 +31,8 @@ def _workers_under(home: Path) -> list[int]:
 
 def _interrupt(args: list[str], home: Path, sig: int) -> tuple[int, str]:
     """Start `swarm ARGS`, signal it once a worker is busy; its exit code and output."""
-    env = {**os.environ, "SWARM_HOME": str(home), "TMPDIR": str(home), "COLUMNS": "200"}
+    # faulthandler: a swarm that starts no worker is aborted with every thread's stack in its output
+    env = {**os.environ, "SWARM_HOME": str(home), "TMPDIR": str(home), "COLUMNS": "200", "PYTHONFAULTHANDLER": "1"}
     home.mkdir()
     proc = subprocess.Popen([sys.executable, "-m", "swarm", *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
@@ -39,8 +40,10 @@ def _interrupt(args: list[str], home: Path, sig: int) -> tuple[int, str]:
         deadline = time.monotonic() + 180
         while not _workers_under(home) and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert _workers_under(home), ("no evaluator worker started: " +
-                                      (proc.communicate()[0] if proc.poll() is not None else "swarm still running"))
+        if not _workers_under(home):
+            if proc.poll() is None:  # hung: it has failed once in a CI run, workers start in ~5 s
+                proc.send_signal(signal.SIGABRT)
+            pytest.fail(f"no evaluator worker started; swarm printed:\n{proc.communicate(timeout=60)[0]}")
         time.sleep(1.0)  # let the worker get busy loading its model
         proc.send_signal(sig)
         output, _ = proc.communicate(timeout=60)
