@@ -7,10 +7,10 @@ round trip that each program waits out; session 14 (docs/benchmarks.md) found an
 barriers in a loop are not faster by themselves: session 20 cut the delta rule's from 14 to 4 per token and the
 draws' search steps from 63 to 22, and both ran slower on the GPU (session 21).
 
-    python3 scripts/ptx_order.py [--warps W] [--block-n N]
+    python3 scripts/ptx_order.py [--warps W] [--block-n N] [--only TEXT]
 
 --warps and --block-n replace every kernel's warps and rows per program: what a tile would cost before a GPU
-measures it. The last three rows are the prefill's DeltaNet kernels of triton_deltanet_prep and
+measures it. The last four rows are the prefill's DeltaNet kernels of triton_deltanet_prep and
 triton_deltanet_chunks (not yet proven), on top of the recipe.
 """
 from __future__ import annotations
@@ -112,6 +112,7 @@ def _kernels(warps: int | None, block_n: int | None) -> dict[str, Callable[[], o
     channels = 2 * nk * dk + nv * dv
     residual = get_config("drama3").codec.residual_codebook_size  # a code draw's valid logits
     code_block = triton.next_power_of_2(residual)
+    sub = min(chunks.DIAGONAL, chunks.CHUNK)
 
     def rows(default: int) -> int:
         return block_n or default
@@ -158,18 +159,25 @@ def _kernels(warps: int | None, block_n: int | None) -> dict[str, Callable[[], o
                                           nv // nk, b.linear_conv_kernel,
                                           triton.next_power_of_2(b.linear_conv_kernel - 1), prep.BLOCK_T, True,
                                           num_warps=prep.NUM_WARPS),
-        "delta rule chunk factors": run(chunks._factors_kernel, *[_ptr(F32)] * 7, _ptr(I64), 224, nv, dk, dv,
-                                        chunks.CHUNK, True, chunks.PRECISION, num_warps=chunks.NUM_WARPS),
-        "delta rule chunks (per chunk)": run(chunks._recurrence_kernel, *[_ptr(F32)] * 7, _ptr(I64), 224, 224, nv, dk,
-                                             dv, chunks.CHUNK, math.gcd(chunks.BLOCK_V, dv), True, chunks.PRECISION,
-                                             num_warps=chunks.NUM_WARPS),
+        "delta rule chunk factors": run(chunks._factors_kernel, *[_ptr(F32)] * 8, _ptr(I64), 224, nv, dk, dv,
+                                        chunks.CHUNK, sub, (chunks.CHUNK // sub).bit_length() - 1,
+                                        min(dk, dv, chunks.KEY_BLOCK), True, chunks.PRECISION,
+                                        num_warps=chunks.NUM_WARPS),
+        "delta rule chunks (per chunk)": run(chunks._recurrence_kernel, *[_ptr(F32)] * 6, _ptr(I64), 256, nv, dk, dv,
+                                             chunks.CHUNK, math.gcd(chunks.BLOCK_V, dv), min(dk, chunks.KEY_BLOCK),
+                                             True, chunks.PRECISION, num_warps=chunks.NUM_WARPS),
+        "delta rule chunk outputs": run(chunks._output_kernel, *[_ptr(F32)] * 6, _ptr(I64), 224, 256, nv, dk, dv,
+                                        chunks.CHUNK, math.gcd(chunks.BLOCK_V, dv), min(dk, chunks.KEY_BLOCK), True,
+                                        chunks.PRECISION, num_warps=chunks.NUM_WARPS),
     }
 
 
-def orders(warps: int | None = None, block_n: int | None = None) -> list[Order]:
+def orders(warps: int | None = None, block_n: int | None = None, only: str = "") -> list[Order]:
     driver.set_active(Sm90Driver())
     found = []
     for name, warmup in _kernels(warps, block_n).items():
+        if only not in name:
+            continue
         ptx = warmup().asm["ptx"]
         found.append(Order(name, *_ptxas(ptx), _loop_barriers(ptx), _sequence(ptx)))
     return found
@@ -179,10 +187,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--warps", type=int, help="every kernel's warps (default: the recipe's)")
     parser.add_argument("--block-n", type=int, help="every kernel's rows per program (default: the recipe's)")
+    parser.add_argument("--only", default="", help="the kernels whose names contain this text")
     args = parser.parse_args()
     print(f"{'kernel':34} {'regs':>5} {'spill B':>8} {'trips':>5} {'loop B':>6}  loads (L) and barriers (B) in "
           "PTX order")
-    for o in orders(args.warps, args.block_n):
+    for o in orders(args.warps, args.block_n, args.only):
         print(f"{o.kernel:34} {o.registers:5d} {o.spill_bytes:8d} {o.round_trips:5d} {o.loop_barriers:>6}  "
               f"{o.sequence}")
 

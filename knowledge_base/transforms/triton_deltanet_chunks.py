@@ -45,31 +45,35 @@ def _apply(files: Files, params: Params) -> list[Patch]:
 
 triton_deltanet_chunks = Transform(
     name="triton_deltanet_chunks",
-    # measured on an H100 (session 28, docs/benchmarks.md): on top of triton_deltanet_prep + prefill_first_frame,
-    # time to first audio 14.3 / 21.8 / 20.5 -> 14.3 / 21.8 / 20.3 ms in 200-frame streams side by side (within
-    # noise); per layer call at full dims, chunks of 16 took 91.7 us for 209 rows against the recurrent kernel's
-    # 97.0 (29.7 against 27.3 for 52 rows): the prompts are too short for the chunks' products to pay. It passed the
-    # gate there but stays out of `proven`, which leaps stack: a leap gains nothing from it
+    # session 28's form (chunks of 16, the outputs' products inside the sequential loop) measured on an H100
+    # (docs/benchmarks.md): 91.7 us a layer call for 209 rows against the recurrent kernel's 97.0, TTFA within
+    # noise. This form (session 29: only the state's two products sequential, the inverse merged from 16-row blocks,
+    # chunks of 32) is not yet timed on a GPU: the prior stays the old one's, and it stays out of `proven`
     first_audio={"cuda": 1.01},
-    summary="run the prefill's gated delta rule in chunks of 16-32 tokens as tensor-core products (3xTF32, about "
-            "fp32's precision): the WY factors of every chunk in parallel, then T / chunk sequential steps of "
-            "products instead of T token steps",
+    summary="run the prefill's gated delta rule in chunks of 32-64 tokens as tensor-core products (3xTF32, about "
+            "fp32's precision): every chunk's WY factors, then its outputs, in parallel; only the state's two "
+            "products per chunk run in order, T / chunk steps instead of T token steps",
     feature="gated_deltanet",
     devices=frozenset({"cuda"}),
     knobs=KNOBS,
     templates=("triton_deltanet_chunks",),
     apply=_apply,
-    # defaults: the one tile compiled for sm_90 at full dims (ptxas -v) without spilling registers: chunk 16, 32
-    # value columns, 8 warps (255 registers, 16 barriers a chunk step); 4 warps spilled 208-680 bytes, chunk 32
-    # 700-2300 bytes
-    space={"chunk": (16, 32), "block_v": (32, 64, 16), "num_warps": (8, 4), "min_rows": (64, 32, 128)},
+    # defaults, compiled for sm_90 at full dims (scripts/ptx_order.py --only chunk): chunk 32, 32 value columns
+    # and 4 warps spill no registers in any of the three kernels, and 32 heads x 4 value blocks fill one wave of
+    # the recurrence on 132 SMs; chunk 64's factors kernel spilled 1.5-1.7 KB (its 64-row inverse), its recurrence
+    # 68-276 bytes with 8 warps
+    space={"chunk": (32, 64, 16), "block_v": (32, 16, 64), "num_warps": (4, 8), "min_rows": (64, 32, 128)},
     requires=("triton_deltanet", "cuda_graph_prefill"),  # the rule with a device row count `valid`
     lesson="The recurrent kernel's prefill is T dependent token steps per layer (~0.46-0.8 us each: a cross-warp "
            "reduction, the state update, another reduction), so long prompts pay it most: ~2.9 ms of a 209-row "
            "prompt's prefill on an H100. The chunk form trades those steps for small matrix products per chunk; "
            "session 12's version was slower than the recurrence because its products ran as fp32 FMA loops "
-           "(input_precision ieee), with 64-row chunks. Here the products use 3xTF32 tensor-core passes on 16-32-row "
-           "chunks, and the triangular inverse (forward substitution: a power series cancels catastrophically in fp32"
-           " with correlated keys) runs in the parallel factors kernel. Measure against the recurrent kernel at the "
-           "prompt sizes of the benchmark (52-209 rows); min_rows keeps short calls recurrent.",
+           "(input_precision ieee), with 64-row chunks; session 28's, 3xTF32 products on 16-row chunks with the "
+           "outputs computed inside the sequential loop (5 products a step), only matched it (91.7 against 97 us "
+           "for 209 rows): the sequential path must carry the state alone. Here only delta = U - W S and the state "
+           "update run in order; the factors and the outputs (from each chunk's stored entering state) run in "
+           "parallel. The triangular inverse is exact (forward substitution in 16-row blocks merged by products: a "
+           "power series cancels catastrophically in fp32 with correlated keys). 3xTF32 operands take registers: "
+           "products over 64 key columns at a time keep the kernels from spilling. Measure against the recurrent "
+           "kernel at the prompt sizes of the benchmark (52-209 rows); min_rows keeps short calls recurrent.",
 )

@@ -1,7 +1,7 @@
 """triton_deltanet_chunks on CPU through the Triton interpreter, run by test_triton_interpreter.py in a process started
 with TRITON_INTERPRET=1 (the products then run in fp32, as 3xTF32 nearly does on the GPU): the chunked kernels
-equal the reference delta_rule (outputs and final state) at drama3-tiny's head dims in chunks of 16 and 32 and at
-the full model's in chunks of 16 (with correlated keys too), over whole and partial chunks and stopped early by a
+equal the reference delta_rule (outputs and final state) at drama3-tiny's head dims in chunks of 16, 32 and 64 and
+at the full model's in chunks of 32 (with correlated keys too), over whole and partial chunks and stopped early by a
 device row count; only calls of at least min_rows tokens run chunked; and the graphed prefill with it keeps
 drama3-tiny's teacher-forced logits, with triton_deltanet_prep's op reaching it. Full size and the time beside the
 recurrent kernel on CUDA: tests/gpu/test_gpu_triton_deltanet_chunks.py."""
@@ -43,7 +43,7 @@ def _chunks(chunk: int):
     return dataclasses.replace(triton_deltanet_chunks, space=triton_deltanet_chunks.space | {"chunk": (chunk,)})
 
 
-@pytest.fixture(scope="module", params=[16, 32], ids=["chunk16", "chunk32"])
+@pytest.fixture(scope="module", params=[16, 32, 64], ids=["chunk16", "chunk32", "chunk64"])
 def package(request, tmp_path_factory):
     return load(transformed(engine_files(REFERENCE), [*STACK, _chunks(request.param)]),
                 tmp_path_factory.mktemp("pkg"))
@@ -89,8 +89,8 @@ def test_applies_on_the_graphed_prefill_once():
     (80, 2, 128, 128, None, True)],
     ids=["one_chunk", "partial_chunk", "valid", "valid_one_row", "full_dims", "full_dims_valid", "correlated"])
 def test_kernels_match_delta_rule(package, T, nv, dk, dv, valid, correlated):
-    if dk == 128 and _kernels(package).CHUNK != 16:
-        pytest.skip("the full head dims in chunks of 16 (the default) only: each compiles for sm_90 in CI")
+    if dk == 128 and _kernels(package).CHUNK != 32:
+        pytest.skip("the full head dims in chunks of 32 (the default) only: each compiles for sm_90 in CI")
     q, k, v, beta, g, state = _inputs(T, nv, dk, dv, correlated)
     n = T if valid is None else valid
     want_state, got_state = state.clone(), state.clone()
@@ -116,8 +116,9 @@ def test_only_calls_of_min_rows_or_more_run_chunked(package, monkeypatch):
 
 
 def test_graphed_prefill_keeps_the_reference_logits(tmp_path, monkeypatch):
-    """In chunks of 16 (the kernels' tests cover 32), reached through triton_deltanet_prep's op."""
-    pkg = load(transformed(engine_files(REFERENCE), [*STACK, triton_deltanet_prep, _chunks(16)]), tmp_path)
+    """In chunks of 64 (the prompt's bucket in one: the inverse merged from its four 16-row blocks), reached through
+    triton_deltanet_prep's op."""
+    pkg = load(transformed(engine_files(REFERENCE), [*STACK, triton_deltanet_prep, _chunks(64)]), tmp_path)
     kernels, lengths = _kernels(pkg), []
     chunked = kernels.chunked_delta_rule
     monkeypatch.setattr(kernels, "chunked_delta_rule", lambda q, *args: lengths.append(q.shape[0]) or chunked(q, *args))

@@ -1,18 +1,21 @@
 """The gated delta rule over a prompt in chunks of CHUNK tokens on the tensor cores: the recurrence's sequential
-depth becomes T / CHUNK chunk steps of a few small matrix products instead of T token steps of reductions.
+depth becomes T / CHUNK chunk steps of two small matrix products instead of T token steps of reductions.
 
 The chunk form (the WY/UT representation of Gated DeltaNet, as fla's chunk kernels use): within a chunk with G the
 cumulative log-decay and S0 the state entering it, delta = U - W S0 where [W | U] = (I + A)^-1 [beta exp(G) K |
 beta V], A_ij = beta_i exp(G_i - G_j) k_i.k_j (i > j); then O = exp(G) (Q S0) + (Q K^T . exp(G_i - G_j), j <= i)
-delta and S = exp(G_C) S0 + (K . exp(G_C - G))^T delta. (I + A)^-1 by forward substitution, row by row: a
-power series in A (A^CHUNK = 0) would need fewer steps, but with correlated keys, beta near 1 and little decay its
-terms grow to ~C(CHUNK, CHUNK / 2) times the result and cancel in fp32. Decay differences are only exponentiated
-for j <= i (<= 1). Products run as "tf32x3" (three TF32 tensor-core passes: about fp32's precision, which the
-teacher-forced gate and the recurrent kernel's fp32 state need).
+delta and S = exp(G_C) S0 + (K . exp(G_C - G))^T delta. Decay differences are only exponentiated for j <= i (<= 1).
+Products run as "tf32x3" (three TF32 tensor-core passes: about fp32's precision, which the teacher-forced gate
+and the recurrent kernel's fp32 state need).
 
-Two kernels: every (value head, chunk)'s W, U and G in parallel (the substitution's CHUNK - 1 steps are off the
-sequential path), then per (value head, BLOCK_V value columns) the
-chunks in order with the (dk, BLOCK_V) state tile in registers, each chunk's inputs loaded during the one before.
+Three kernels, so that only the state's two products per chunk are sequential:
+- factors, every (value head, chunk) in parallel: G, W, U and K . exp(G_C - G). (I + A)^-1 exactly, without a
+  power series (with correlated keys, beta near 1 and little decay its terms grow to ~C(n, n / 2) times the result
+  and cancel in fp32): the 16-row diagonal blocks by forward substitution, all blocks' row r in one product, then
+  merged pairwise, [[P, 0], [Q, R]]^-1 = X - X [[0, 0], [Q, 0]] X with X = diag(P^-1, R^-1), 32 rows then 64;
+- the recurrence, per (value head, BLOCK_V value columns): the chunks in order with the (dk, BLOCK_V) state in
+  registers; it stores the state entering each chunk and replaces U by delta;
+- the outputs, every (value head, chunk, BLOCK_V value columns) in parallel, from the chunk's entering state.
 With a device row count `valid` the rows from it on are identity steps (zero k, v, beta, g) and their outputs zero.
 """
 from __future__ import annotations
@@ -26,6 +29,8 @@ import triton.language as tl
 from .chunked_delta_rule_params import BLOCK_V, CHUNK, NUM_WARPS
 
 PRECISION = "tf32x3"
+DIAGONAL = 16  # rows of the inverse's blocks solved by substitution: tl.dot's smallest tile
+KEY_BLOCK = 64  # key (and in the factors, value) columns per product: full dims (128) in two
 
 
 @triton.jit
@@ -37,11 +42,30 @@ def _rows(n_ptr, T, HAS_VALID: tl.constexpr):
     return n
 
 
+@triton.jit
+def _unit_lower_inverse(a, C: tl.constexpr, SUB: tl.constexpr, LEVELS: tl.constexpr, PREC: tl.constexpr):
+    """(I + a)^-1 for a strictly lower triangular (C, C) tile; C = SUB * 2^LEVELS."""
+    i = tl.arange(0, C)
+    eye = tl.where(i[:, None] == i[None, :], 1.0, 0.0)
+    diagonal = tl.where((i // SUB)[:, None] == (i // SUB)[None, :], a, 0.0)
+    inv = eye  # row r of every block: e_r - a_r inv, its earlier rows final
+    for r in tl.static_range(1, SUB):
+        inv = tl.where((i % SUB)[:, None] == r, eye - tl.dot(diagonal, inv, input_precision=PREC), inv)
+    for level in tl.static_range(LEVELS):
+        half = SUB << level
+        pair = (i // (2 * half))[:, None] == (i // (2 * half))[None, :]
+        lower_left = pair & ((i // half) % 2 == 1)[:, None] & ((i // half) % 2 == 0)[None, :]
+        corner = tl.dot(tl.where(lower_left, a, 0.0), inv, input_precision=PREC)
+        inv -= tl.dot(inv, corner, input_precision=PREC)
+    return inv
+
+
 @triton.jit(do_not_specialize=["T"])
-def _factors_kernel(k_ptr, v_ptr, beta_ptr, g_ptr, w_ptr, u_ptr, gc_ptr, valid_ptr, T, NV: tl.constexpr,
-                    DK: tl.constexpr, DV: tl.constexpr, C: tl.constexpr, HAS_VALID: tl.constexpr,
-                    PREC: tl.constexpr):
-    """One (value head, chunk): G, W and U into (NV, chunks * C, .) buffers; chunks past the rows are skipped."""
+def _factors_kernel(k_ptr, v_ptr, beta_ptr, g_ptr, w_ptr, u_ptr, kd_ptr, gc_ptr, valid_ptr, T, NV: tl.constexpr,
+                    DK: tl.constexpr, DV: tl.constexpr, C: tl.constexpr, SUB: tl.constexpr,
+                    LEVELS: tl.constexpr, KB: tl.constexpr, HAS_VALID: tl.constexpr, PREC: tl.constexpr):
+    """One (value head, chunk): G, W, U and K . exp(G_C - G) into (NV, chunks * C, .) buffers, KB key or value
+    columns at a time (whole (C, DK) tiles spilled registers at full dims); chunks past the rows are skipped."""
     head = tl.program_id(0)
     start = tl.program_id(1) * C
     n = _rows(valid_ptr, T, HAS_VALID)
@@ -51,71 +75,98 @@ def _factors_kernel(k_ptr, v_ptr, beta_ptr, g_ptr, w_ptr, u_ptr, gc_ptr, valid_p
         live = rows < n
         beta = tl.load(beta_ptr + rows * NV + head, mask=live, other=0.0)
         gc = tl.cumsum(tl.load(g_ptr + rows * NV + head, mask=live, other=0.0), axis=0)
-        k = tl.load(k_ptr + (rows[:, None] * NV + head) * DK + tl.arange(0, DK)[None, :], mask=live[:, None],
-                    other=0.0)
+        block = tl.arange(0, KB)[None, :]
+        keys = k_ptr + (rows[:, None] * NV + head) * DK + block
+        kk = tl.zeros((C, C), tl.float32)
+        for c in tl.static_range(DK // KB):
+            k = tl.load(keys + c * KB, mask=live[:, None], other=0.0)
+            kk += tl.dot(k, tl.trans(k), input_precision=PREC)
         below = i[:, None] > i[None, :]
         decay = tl.exp(tl.where(below, gc[:, None] - gc[None, :], 0.0))
-        a = tl.where(below, beta[:, None] * decay * tl.dot(k, tl.trans(k), input_precision=PREC), 0.0)
-        inv = tl.where(i[:, None] == i[None, :], 1.0, 0.0)  # row r of (I + A)^-1 = e_r - A_r (I + A)^-1
-        for r in tl.static_range(1, C):
-            a_r = tl.sum(tl.where(i[:, None] == r, a, 0.0), axis=0)
-            inv -= tl.where(i[:, None] == r, tl.sum(a_r[:, None] * inv, axis=0)[None, :], 0.0)
+        inv = _unit_lower_inverse(tl.where(below, beta[:, None] * decay * kk, 0.0), C, SUB, LEVELS, PREC)
         out = (head * tl.num_programs(1) * C + rows)[:, None]
-        w = tl.dot(inv, k * (beta * tl.exp(gc))[:, None], input_precision=PREC)
-        tl.store(w_ptr + out * DK + tl.arange(0, DK)[None, :], w)
-        v = tl.load(v_ptr + (rows[:, None] * NV + head) * DV + tl.arange(0, DV)[None, :], mask=live[:, None],
-                    other=0.0)
-        tl.store(u_ptr + out * DV + tl.arange(0, DV)[None, :], tl.dot(inv, v * beta[:, None], input_precision=PREC))
+        last = tl.sum(tl.where(i == C - 1, gc, 0.0), axis=0)  # rows past n add no decay: G_C is the last live row's
+        for c in tl.static_range(DK // KB):
+            k = tl.load(keys + c * KB, mask=live[:, None], other=0.0)
+            tl.store(w_ptr + out * DK + c * KB + block,
+                     tl.dot(inv, k * (beta * tl.exp(gc))[:, None], input_precision=PREC))
+            tl.store(kd_ptr + out * DK + c * KB + block, k * tl.exp(last - gc)[:, None])
+        for c in tl.static_range(DV // KB):
+            v = tl.load(v_ptr + (rows[:, None] * NV + head) * DV + c * KB + block, mask=live[:, None], other=0.0)
+            tl.store(u_ptr + out * DV + c * KB + block, tl.dot(inv, v * beta[:, None], input_precision=PREC))
         tl.store(gc_ptr + head * tl.num_programs(1) * C + rows, gc)
 
 
-@triton.jit
-def _chunk_inputs(q_ptr, k_ptr, w_ptr, u_ptr, gc_ptr, head, start, n, TP, values, NV: tl.constexpr,
-                  DK: tl.constexpr, DV: tl.constexpr, C: tl.constexpr):
-    """The chunk from row `start`: q, k (rows past n zero), W, U (this program's value columns) and G."""
-    rows = start + tl.arange(0, C)
-    live = (rows < n)[:, None]
-    keys = tl.arange(0, DK)[None, :]
-    q = tl.load(q_ptr + (rows[:, None] * NV + head) * DK + keys, mask=live, other=0.0)
-    k = tl.load(k_ptr + (rows[:, None] * NV + head) * DK + keys, mask=live, other=0.0)
-    factor = head * TP + rows
-    w = tl.load(w_ptr + factor[:, None] * DK + keys)
-    u = tl.load(u_ptr + factor[:, None] * DV + values[None, :])
-    gc = tl.load(gc_ptr + factor)
-    return q, k, w, u, gc
+@triton.jit(do_not_specialize=["TP"])
+def _recurrence_kernel(w_ptr, u_ptr, kd_ptr, gc_ptr, state_ptr, h_ptr, valid_ptr, TP, NV: tl.constexpr,
+                       DK: tl.constexpr, DV: tl.constexpr, C: tl.constexpr, BV: tl.constexpr, KB: tl.constexpr,
+                       HAS_VALID: tl.constexpr, PREC: tl.constexpr):
+    """One (value head, BV value columns): the chunks in order, the (DK, BV) state in registers as two (KB, BV)
+    halves when DK = 2 KB (each product's operands then half as large: one (DK, BV) tile spilled registers at
+    full dims); TP = the factor buffers' rows (chunks * C). Stores each chunk's entering state into h (NV, chunks,
+    DK, DV) and its delta over U."""
+    head = tl.program_id(0)
+    values = tl.program_id(1) * BV + tl.arange(0, BV)
+    half = tl.arange(0, KB)
+    tile = half[:, None] * DV + values[None, :]
+    state = state_ptr + head * DK * DV
+    s_a = tl.load(state + tile)
+    if DK > KB:
+        s_b = tl.load(state + KB * DV + tile)
+    n = _rows(valid_ptr, TP, HAS_VALID)
+    start = 0
+    while start < n:  # a while loop, not range(): Triton 3.6's interpreter (the CPU tests) cannot index a runtime int
+        factor = (head * TP + start + tl.arange(0, C))[:, None]
+        entering = h_ptr + (head * (TP // C) + start // C) * DK * DV
+        tl.store(entering + tile, s_a)
+        delta = tl.load(u_ptr + factor * DV + values[None, :]) - \
+            tl.dot(tl.load(w_ptr + factor * DK + half[None, :]), s_a, input_precision=PREC)
+        if DK > KB:
+            tl.store(entering + KB * DV + tile, s_b)
+            delta -= tl.dot(tl.load(w_ptr + factor * DK + KB + half[None, :]), s_b, input_precision=PREC)
+        tl.store(u_ptr + factor * DV + values[None, :], delta)  # (C, BV)
+        decay = tl.exp(tl.load(gc_ptr + head * TP + start + C - 1))
+        s_a = decay * s_a + tl.dot(tl.trans(tl.load(kd_ptr + factor * DK + half[None, :])), delta,
+                                   input_precision=PREC)
+        if DK > KB:
+            s_b = decay * s_b + tl.dot(tl.trans(tl.load(kd_ptr + factor * DK + KB + half[None, :])), delta,
+                                       input_precision=PREC)
+        start += C
+    tl.store(state + tile, s_a)
+    if DK > KB:
+        tl.store(state + KB * DV + tile, s_b)
 
 
 @triton.jit(do_not_specialize=["T", "TP"])
-def _recurrence_kernel(q_ptr, k_ptr, w_ptr, u_ptr, gc_ptr, state_ptr, o_ptr, valid_ptr, T, TP, NV: tl.constexpr,
-                       DK: tl.constexpr, DV: tl.constexpr, C: tl.constexpr, BV: tl.constexpr,
-                       HAS_VALID: tl.constexpr, PREC: tl.constexpr):
-    """One (value head, BV value columns): the chunks in order, the (DK, BV) state tile in registers; TP = the
-    factor buffers' rows (chunks * C). Rows past n are stored as zeros (their q is zero)."""
-    head = tl.program_id(0)
-    values = tl.program_id(1) * BV + tl.arange(0, BV)
-    tile = state_ptr + head * DK * DV + tl.arange(0, DK)[:, None] * DV + values[None, :]
-    s = tl.load(tile)
+def _output_kernel(q_ptr, k_ptr, delta_ptr, gc_ptr, h_ptr, o_ptr, valid_ptr, T, TP, NV: tl.constexpr,
+                   DK: tl.constexpr, DV: tl.constexpr, C: tl.constexpr, BV: tl.constexpr, KB: tl.constexpr,
+                   HAS_VALID: tl.constexpr, PREC: tl.constexpr):
+    """One (value head, chunk, BV value columns): O = exp(G) (Q S0) + (Q K^T . exp(G_i - G_j), j <= i) delta, the
+    key dim in KB halves as the recurrence has it. Rows past n have zero q: their outputs are stored as zeros."""
+    head, chunk = tl.program_id(0), tl.program_id(1)
+    start = chunk * C
     n = _rows(valid_ptr, T, HAS_VALID)
-    i = tl.arange(0, C)
-    causal = i[:, None] >= i[None, :]
-    q, k, w, u, gc = _chunk_inputs(q_ptr, k_ptr, w_ptr, u_ptr, gc_ptr, head, 0, n, TP, values, NV, DK, DV, C)
-    start = 0
-    while start < n:  # a while loop, not range(): Triton 3.6's interpreter (the CPU tests) cannot index a runtime int
-        # the next chunk's inputs (this one's again past the end: always in bounds) load while this one computes
-        ahead = tl.minimum(start + C, (TP // C - 1) * C)
-        q_next, k_next, w_next, u_next, gc_next = _chunk_inputs(q_ptr, k_ptr, w_ptr, u_ptr, gc_ptr, head, ahead, n,
-                                                                TP, values, NV, DK, DV, C)
-        last = tl.sum(tl.where(i == C - 1, gc, 0.0), axis=0)
-        delta = u - tl.dot(w, s, input_precision=PREC)  # (C, BV)
-        scores = tl.dot(q, tl.trans(k), input_precision=PREC)
-        scores = tl.where(causal, scores * tl.exp(tl.where(causal, gc[:, None] - gc[None, :], 0.0)), 0.0)
-        o = tl.exp(gc)[:, None] * tl.dot(q, s, input_precision=PREC) + tl.dot(scores, delta, input_precision=PREC)
+    if start < n:
+        i = tl.arange(0, C)
         rows = start + i
+        live = (rows < n)[:, None]
+        half = tl.arange(0, KB)
+        values = tl.program_id(2) * BV + tl.arange(0, BV)
+        inputs = (rows[:, None] * NV + head) * DK + half[None, :]
+        entering = h_ptr + (head * (TP // C) + chunk) * DK * DV + half[:, None] * DV + values[None, :]
+        q = tl.load(q_ptr + inputs, mask=live, other=0.0)
+        scores = tl.dot(q, tl.trans(tl.load(k_ptr + inputs, mask=live, other=0.0)), input_precision=PREC)
+        past = tl.dot(q, tl.load(entering), input_precision=PREC)
+        if DK > KB:
+            q = tl.load(q_ptr + inputs + KB, mask=live, other=0.0)
+            scores += tl.dot(q, tl.trans(tl.load(k_ptr + inputs + KB, mask=live, other=0.0)), input_precision=PREC)
+            past += tl.dot(q, tl.load(entering + KB * DV), input_precision=PREC)
+        gc = tl.load(gc_ptr + head * TP + rows)
+        causal = i[:, None] >= i[None, :]
+        scores = tl.where(causal, scores * tl.exp(tl.where(causal, gc[:, None] - gc[None, :], 0.0)), 0.0)
+        delta = tl.load(delta_ptr + (head * TP + rows)[:, None] * DV + values[None, :])
+        o = tl.exp(gc)[:, None] * past + tl.dot(scores, delta, input_precision=PREC)
         tl.store(o_ptr + (rows[:, None] * NV + head) * DV + values[None, :], o, mask=(rows < T)[:, None])
-        s = tl.exp(last) * s + tl.dot(tl.trans(k * tl.exp(last - gc)[:, None]), delta, input_precision=PREC)
-        q, k, w, u, gc = q_next, k_next, w_next, u_next, gc_next
-        start += C
-    tl.store(tile, s)
 
 
 def chunked_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor, g: torch.Tensor,
@@ -126,26 +177,30 @@ def chunked_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: 
     T, nv, dk = q.shape
     dv = v.shape[-1]
     bv = math.gcd(BLOCK_V, dv)
-    if dk & (dk - 1) or dv & (dv - 1) or min(dk, bv) < 16:
+    if dk & (dk - 1) or dv & (dv - 1) or min(dk, bv) < 16 or dk > 2 * KEY_BLOCK:
         raise ValueError(f"chunked_delta_rule tiles a head with tl.arange and tl.dot: dk={dk} and dv={dv} must be "
-                         "powers of two, dk and the value block at least 16")
+                         f"powers of two, dk and the value block at least 16, dk at most {2 * KEY_BLOCK}")
     if not (state.is_contiguous() and state.dtype == torch.float32):
         raise ValueError("chunked_delta_rule updates the state in place: it must be a contiguous fp32 tensor")
-    # zeros past `valid`: the recurrence stops at the chunk holding the last real row, and padded rows flow on
-    # through the layers (and into KV caches), so they must stay finite
+    # zeros past `valid`: the outputs stop at the chunk holding the last real row, and padded rows flow on through
+    # the layers (and into KV caches), so they must stay finite
     out = (torch.empty if valid is None else torch.zeros)((T, nv, dv), dtype=torch.float32, device=q.device)
     if T == 0:
         return out
     q, k, v, beta, g = q.contiguous(), k.contiguous(), v.contiguous(), beta.contiguous(), g.contiguous()
     chunks = -(-T // CHUNK)
     f32 = {"dtype": torch.float32, "device": q.device}
-    w, u = torch.empty((nv, chunks * CHUNK, dk), **f32), torch.empty((nv, chunks * CHUNK, dv), **f32)
-    gc = torch.empty((nv, chunks * CHUNK), **f32)
-    # the factors of chunks past `valid` are never written: the recurrence only prefetches the first of them after
-    # its last chunk, and never uses it
+    w, kd = torch.empty((nv, chunks * CHUNK, dk), **f32), torch.empty((nv, chunks * CHUNK, dk), **f32)
+    u, gc = torch.empty((nv, chunks * CHUNK, dv), **f32), torch.empty((nv, chunks * CHUNK), **f32)
+    entering = torch.empty((nv, chunks, dk, dv), **f32)
+    # the factors of chunks past `valid` are never written, nor read
     length = state if valid is None else valid  # without `valid` the kernels never read it: any pointer will do
-    _factors_kernel[(nv, chunks)](k, v, beta, g, w, u, gc, length, T, nv, dk, dv, CHUNK, valid is not None,
-                                  PRECISION, num_warps=NUM_WARPS)
-    _recurrence_kernel[(nv, dv // bv)](q, k, w, u, gc, state, out, length, T, chunks * CHUNK, nv, dk, dv, CHUNK, bv,
-                                       valid is not None, PRECISION, num_warps=NUM_WARPS)
+    flags = (valid is not None, PRECISION)
+    sub = min(DIAGONAL, CHUNK)
+    _factors_kernel[(nv, chunks)](k, v, beta, g, w, u, kd, gc, length, T, nv, dk, dv, CHUNK, sub,
+                                  (CHUNK // sub).bit_length() - 1, min(dk, dv, KEY_BLOCK), *flags, num_warps=NUM_WARPS)
+    _recurrence_kernel[(nv, dv // bv)](w, u, kd, gc, state, entering, length, chunks * CHUNK, nv, dk, dv, CHUNK, bv,
+                                       min(dk, KEY_BLOCK), *flags, num_warps=NUM_WARPS)
+    _output_kernel[(nv, chunks, dv // bv)](q, k, u, gc, entering, out, length, T, chunks * CHUNK, nv, dk, dv, CHUNK,
+                                           bv, min(dk, KEY_BLOCK), *flags, num_warps=NUM_WARPS)
     return out
