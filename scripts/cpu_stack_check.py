@@ -29,6 +29,7 @@ from reference_runtime.prompt import build_rows  # noqa: E402
 from reference_runtime.teacher_forcing import teacher_forced  # noqa: E402
 from reference_runtime.weights import init_weights  # noqa: E402
 from scripts.gpu_fast_check import import_package, kept_engine, package_root, plus_files  # noqa: E402
+from scripts.interpreter_loops import runtime_trip_counts  # noqa: E402
 
 
 def _max_error(got: torch.Tensor, want: torch.Tensor) -> float:
@@ -76,4 +77,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with runtime_trip_counts():
+        main()

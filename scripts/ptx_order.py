@@ -165,7 +165,7 @@ def _kernels(warps: int | None, block_n: int | None) -> dict[str, Callable[[], o
                                         num_warps=chunks.NUM_WARPS),
         "delta rule chunks (per chunk)": run(chunks._recurrence_kernel, *[_ptr(F32)] * 6, _ptr(I64), 256, nv, dk, dv,
                                              chunks.CHUNK, math.gcd(chunks.BLOCK_V, dv), min(dk, chunks.KEY_BLOCK),
-                                             True, chunks.PRECISION, num_warps=chunks.NUM_WARPS),
+                                             True, chunks.PRECISION, chunks.STAGES, num_warps=chunks.NUM_WARPS),
         "delta rule chunk outputs": run(chunks._output_kernel, *[_ptr(F32)] * 6, _ptr(I64), 224, 256, nv, dk, dv,
                                         chunks.CHUNK, math.gcd(chunks.BLOCK_V, dv), min(dk, chunks.KEY_BLOCK), True,
                                         chunks.PRECISION, num_warps=chunks.NUM_WARPS),

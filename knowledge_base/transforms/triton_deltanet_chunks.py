@@ -17,7 +17,8 @@ _KERNEL = """\
 KNOBS = Knobs("chunked_delta_rule_params.py", "triton_deltanet_chunks", {
     "chunk": "tokens per chunk: the recurrence's sequential steps are T / CHUNK",
     "block_v": "value columns per recurrence program (capped to what tiles dv)",
-    "num_warps": "both kernels",
+    "num_warps": "all three kernels",
+    "stages": "the recurrence's software pipeline: chunks whose factors load ahead while one computes",
     "min_rows": "calls of at least this many tokens run chunked, shorter ones triton_deltanet's recurrent kernel",
 })
 
@@ -47,8 +48,9 @@ triton_deltanet_chunks = Transform(
     name="triton_deltanet_chunks",
     # session 28's form (chunks of 16, the outputs' products inside the sequential loop) measured on an H100
     # (docs/benchmarks.md): 91.7 us a layer call for 209 rows against the recurrent kernel's 97.0, TTFA within
-    # noise. This form (session 29: only the state's two products sequential, the inverse merged from 16-row blocks,
-    # chunks of 32) is not yet timed on a GPU: the prior stays the old one's, and it stays out of `proven`
+    # noise. Session 29's (only the state's two products sequential, the inverse merged from 16-row blocks), before
+    # its loop was pipelined: 89.2 us in chunks of 32, 140.3 in chunks of 64 (52 rows: 35.4 and 82.3 against the
+    # recurrent 27.5). The pipelined loop is not yet timed: the prior stays, and it stays out of `proven`
     first_audio={"cuda": 1.01},
     summary="run the prefill's gated delta rule in chunks of 32-64 tokens as tensor-core products (3xTF32, about "
             "fp32's precision): every chunk's WY factors, then its outputs, in parallel; only the state's two "
@@ -60,9 +62,11 @@ triton_deltanet_chunks = Transform(
     apply=_apply,
     # defaults, compiled for sm_90 at full dims (scripts/ptx_order.py --only chunk): chunk 32, 32 value columns
     # and 4 warps spill no registers in any of the three kernels, and 32 heads x 4 value blocks fill one wave of
-    # the recurrence on 132 SMs; chunk 64's factors kernel spilled 1.5-1.7 KB (its 64-row inverse), its recurrence
-    # 68-276 bytes with 8 warps
-    space={"chunk": (32, 64, 16), "block_v": (32, 16, 64), "num_warps": (4, 8), "min_rows": (64, 32, 128)},
+    # the recurrence on 132 SMs; chunk 64's factors kernel spilled 1.5-1.7 KB (its 64-row inverse). With 2 stages
+    # the recurrence's loads are cp.async copies a chunk ahead: 12 barriers and 3 round trips a kernel, against 22
+    # barriers a step and 8 round trips unpipelined (session 29's H100 timing, ~11 us a step, was unpipelined)
+    space={"chunk": (32, 64, 16), "block_v": (32, 16, 64), "num_warps": (4, 8), "stages": (2, 4, 1),
+           "min_rows": (64, 32, 128)},
     requires=("triton_deltanet", "cuda_graph_prefill"),  # the rule with a device row count `valid`
     lesson="The recurrent kernel's prefill is T dependent token steps per layer (~0.46-0.8 us each: a cross-warp "
            "reduction, the state update, another reduction), so long prompts pay it most: ~2.9 ms of a 209-row "

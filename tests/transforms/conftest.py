@@ -17,6 +17,8 @@ import pytest
 from interpreted_runs import BACKGROUND, Background
 from triton_launches import encode_launch
 
+from scripts.interpreter_loops import runtime_trip_counts
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -50,6 +52,15 @@ def _patch_triton_language_once_per_launch() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(interpreter, "_patch_lang", once_per_launch)
         patch.setattr(interpreter.GridExecutor, "__call__", launch)
+        yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _runtime_trip_counts() -> Iterator[None]:
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        yield
+        return
+    with runtime_trip_counts():
         yield
 
 

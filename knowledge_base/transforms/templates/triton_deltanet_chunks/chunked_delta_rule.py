@@ -14,7 +14,8 @@ Three kernels, so that only the state's two products per chunk are sequential:
   and cancel in fp32): the 16-row diagonal blocks by forward substitution, all blocks' row r in one product, then
   merged pairwise, [[P, 0], [Q, R]]^-1 = X - X [[0, 0], [Q, 0]] X with X = diag(P^-1, R^-1), 32 rows then 64;
 - the recurrence, per (value head, BLOCK_V value columns): the chunks in order with the (dk, BLOCK_V) state in
-  registers; it stores the state entering each chunk and replaces U by delta;
+  registers, the next STAGES - 1 chunks' factors loading meanwhile; it stores the state entering each chunk and
+  replaces U by delta;
 - the outputs, every (value head, chunk, BLOCK_V value columns) in parallel, from the chunk's entering state.
 With a device row count `valid` the rows from it on are identity steps (zero k, v, beta, g) and their outputs zero.
 """
@@ -26,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .chunked_delta_rule_params import BLOCK_V, CHUNK, NUM_WARPS
+from .chunked_delta_rule_params import BLOCK_V, CHUNK, NUM_WARPS, STAGES
 
 PRECISION = "tf32x3"
 DIAGONAL = 16  # rows of the inverse's blocks solved by substitution: tl.dot's smallest tile
@@ -100,7 +101,7 @@ def _factors_kernel(k_ptr, v_ptr, beta_ptr, g_ptr, w_ptr, u_ptr, kd_ptr, gc_ptr,
 @triton.jit(do_not_specialize=["TP"])
 def _recurrence_kernel(w_ptr, u_ptr, kd_ptr, gc_ptr, state_ptr, h_ptr, valid_ptr, TP, NV: tl.constexpr,
                        DK: tl.constexpr, DV: tl.constexpr, C: tl.constexpr, BV: tl.constexpr, KB: tl.constexpr,
-                       HAS_VALID: tl.constexpr, PREC: tl.constexpr):
+                       HAS_VALID: tl.constexpr, PREC: tl.constexpr, STAGES: tl.constexpr):
     """One (value head, BV value columns): the chunks in order, the (DK, BV) state in registers as two (KB, BV)
     halves when DK = 2 KB (each product's operands then half as large: one (DK, BV) tile spilled registers at
     full dims); TP = the factor buffers' rows (chunks * C). Stores each chunk's entering state into h (NV, chunks,
@@ -114,24 +115,29 @@ def _recurrence_kernel(w_ptr, u_ptr, kd_ptr, gc_ptr, state_ptr, h_ptr, valid_ptr
     if DK > KB:
         s_b = tl.load(state + KB * DV + tile)
     n = _rows(valid_ptr, TP, HAS_VALID)
-    start = 0
-    while start < n:  # a while loop, not range(): Triton 3.6's interpreter (the CPU tests) cannot index a runtime int
+    # over every chunk of the bucket, those from `n` on identity steps (their factors, never written, masked to
+    # zero): a loop with a host trip count, so Triton's pipeliner loads the next chunk's factors while this one
+    # computes (session 29's H100: with each load a round trip between the products, ~11 us a step)
+    for chunk in tl.range(0, TP // C, num_stages=STAGES):
+        start = chunk * C
+        live = start < n
         factor = (head * TP + start + tl.arange(0, C))[:, None]
-        entering = h_ptr + (head * (TP // C) + start // C) * DK * DV
+        u = tl.load(u_ptr + factor * DV + values[None, :], mask=live, other=0.0)
+        w_a = tl.load(w_ptr + factor * DK + half[None, :], mask=live, other=0.0)
+        kd_a = tl.load(kd_ptr + factor * DK + half[None, :], mask=live, other=0.0)
+        decay = tl.exp(tl.load(gc_ptr + head * TP + start + C - 1, mask=live, other=0.0))
+        entering = h_ptr + (head * (TP // C) + chunk) * DK * DV
         tl.store(entering + tile, s_a)
-        delta = tl.load(u_ptr + factor * DV + values[None, :]) - \
-            tl.dot(tl.load(w_ptr + factor * DK + half[None, :]), s_a, input_precision=PREC)
+        delta = u - tl.dot(w_a, s_a, input_precision=PREC)  # (C, BV)
         if DK > KB:
+            w_b = tl.load(w_ptr + factor * DK + KB + half[None, :], mask=live, other=0.0)
+            kd_b = tl.load(kd_ptr + factor * DK + KB + half[None, :], mask=live, other=0.0)
             tl.store(entering + KB * DV + tile, s_b)
-            delta -= tl.dot(tl.load(w_ptr + factor * DK + KB + half[None, :]), s_b, input_precision=PREC)
-        tl.store(u_ptr + factor * DV + values[None, :], delta)  # (C, BV)
-        decay = tl.exp(tl.load(gc_ptr + head * TP + start + C - 1))
-        s_a = decay * s_a + tl.dot(tl.trans(tl.load(kd_ptr + factor * DK + half[None, :])), delta,
-                                   input_precision=PREC)
+            delta -= tl.dot(w_b, s_b, input_precision=PREC)
+        tl.store(u_ptr + factor * DV + values[None, :], delta)
+        s_a = decay * s_a + tl.dot(tl.trans(kd_a), delta, input_precision=PREC)
         if DK > KB:
-            s_b = decay * s_b + tl.dot(tl.trans(tl.load(kd_ptr + factor * DK + KB + half[None, :])), delta,
-                                       input_precision=PREC)
-        start += C
+            s_b = decay * s_b + tl.dot(tl.trans(kd_b), delta, input_precision=PREC)
     tl.store(state + tile, s_a)
     if DK > KB:
         tl.store(state + KB * DV + tile, s_b)
@@ -200,7 +206,7 @@ def chunked_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: 
     _factors_kernel[(nv, chunks)](k, v, beta, g, w, u, kd, gc, length, T, nv, dk, dv, CHUNK, sub,
                                   (CHUNK // sub).bit_length() - 1, min(dk, dv, KEY_BLOCK), *flags, num_warps=NUM_WARPS)
     _recurrence_kernel[(nv, dv // bv)](w, u, kd, gc, state, entering, length, chunks * CHUNK, nv, dk, dv, CHUNK, bv,
-                                       min(dk, KEY_BLOCK), *flags, num_warps=NUM_WARPS)
+                                       min(dk, KEY_BLOCK), *flags, STAGES, num_warps=NUM_WARPS)
     _output_kernel[(nv, chunks, dv // bv)](q, k, u, gc, entering, out, length, T, chunks * CHUNK, nv, dk, dv, CHUNK,
                                            bv, min(dk, KEY_BLOCK), *flags, num_warps=NUM_WARPS)
     return out
