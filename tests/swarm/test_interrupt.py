@@ -29,6 +29,37 @@ def _workers_under(home: Path) -> list[int]:
     return found
 
 
+def _worker_children(pid: int) -> set[int]:
+    """Evaluator workers among `pid`'s descendants (by command line: a worker whose cwd a private mount hides from
+    _workers_under still shows here, while its swarm lives)."""
+    parents, commands = {}, {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat") as f:
+                    parents[int(entry.name)] = int(f.read().rsplit(")", 1)[1].split()[1])
+                with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                    commands[int(entry.name)] = f.read()
+            except OSError:
+                pass  # exited while we looked
+    found = set()
+    for child in parents:
+        ancestor = parents[child]
+        while ancestor > 1 and ancestor != pid:
+            ancestor = parents.get(ancestor, 0)
+        if ancestor == pid and b"evaluator.worker" in commands.get(child, b""):
+            found.add(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def _interrupt(args: list[str], home: Path, sig: int) -> tuple[int, str]:
     """Start `swarm ARGS`, signal it once a worker is busy; its exit code and output."""
     # faulthandler: a swarm that starts no worker is aborted with every thread's stack in its output
@@ -36,11 +67,13 @@ def _interrupt(args: list[str], home: Path, sig: int) -> tuple[int, str]:
     home.mkdir()
     proc = subprocess.Popen([sys.executable, "-m", "swarm", *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
+    seen: set[int] = set()
     try:
         deadline = time.monotonic() + 180
-        while not _workers_under(home) and proc.poll() is None and time.monotonic() < deadline:
+        while not seen and proc.poll() is None and time.monotonic() < deadline:
+            seen.update(_workers_under(home), _worker_children(proc.pid))
             time.sleep(0.2)
-        if not _workers_under(home):
+        if not seen:
             if proc.poll() is None:  # hung: it has failed once in a CI run, workers start in ~5 s
                 proc.send_signal(signal.SIGABRT)
             pytest.fail(f"no evaluator worker started; swarm printed:\n{proc.communicate(timeout=60)[0]}")
@@ -51,7 +84,7 @@ def _interrupt(args: list[str], home: Path, sig: int) -> tuple[int, str]:
         if proc.poll() is None:
             proc.kill()
     time.sleep(0.5)
-    assert _workers_under(home) == [], output
+    assert _workers_under(home) == [] and not any(_alive(p) for p in seen), output
     return proc.returncode, output
 
 
