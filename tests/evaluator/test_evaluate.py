@@ -87,7 +87,10 @@ def test_a_spread_undecided_verdict_gets_more_pairs_and_a_decided_one_does_not(t
     so the benchmark measures up to max_warm_trials rounds; an engine that always waits longer than a whole
     reference trial is plainly slower after warm_trials, and stops there. The A/A of an erratic engine extends
     as well."""
-    spec = tiny_target.benchmark
+    # a cap of twice warm_trials, not the default three times: the rounds past warm_trials are what is tested, and
+    # each of this test's nine-round evaluations took ~20 s of the CPU suite
+    spec = tiny_target.benchmark.model_copy(update={"max_warm_trials": 2 * tiny_target.benchmark.warm_trials})
+    tiny_target = tiny_target.model_copy(update={"benchmark": spec})
     erratic = _erratic(tmp_path, "erratic", 1.0, 5.0, alternate=True)
     undecided = evaluate(REFERENCE_DIR, tiny_target, baseline_dir=erratic, work_dir=tmp_path / "undecided",
                          secret_seed=11)
