@@ -58,9 +58,10 @@ class Knobs:
         """The params file's creation."""
         return Patch(self.path, "", self.text(params))
 
-    def powers_of_two(self, params: Params) -> dict[str, int]:
-        """The knobs' values as ints, each a power of two (tile sizes and warps); else a ValueError naming them."""
-        sizes = {name: int(params[name]) for name in self.notes}
+    def powers_of_two(self, params: Params, names: tuple[str, ...] | None = None) -> dict[str, int]:
+        """The knobs' values (or those of `names`) as ints, each a power of two (tile sizes and warps); else a
+        ValueError naming them."""
+        sizes = {name: int(params[name]) for name in (self.notes if names is None else names)}
         if any(n < 1 or n & (n - 1) for n in sizes.values()):
             raise ValueError(f"{self.owner}: every parameter must be a power of two, got {sizes}")
         return sizes

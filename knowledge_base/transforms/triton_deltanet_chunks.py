@@ -20,19 +20,23 @@ KNOBS = Knobs("chunked_delta_rule_params.py", "triton_deltanet_chunks", {
     "num_warps": "all three kernels",
     "stages": "the recurrence's software pipeline: chunks whose factors load ahead while one computes",
     "min_rows": "calls of at least this many tokens run chunked, shorter ones triton_deltanet's recurrent kernel",
+    "precision": "the products' tensor-core passes: tf32x3 (about fp32's precision) or tf32 (one, a 10-bit mantissa)",
 })
+PRECISIONS = ("tf32x3", "tf32")
 
 
 def _apply(files: Files, params: Params) -> list[Patch]:
     if KNOBS.path in files:  # its dispatch keeps the recurrent call it falls back to: that text alone cannot tell
         raise NotApplicable("triton_deltanet_chunks is applied already")
-    sizes = KNOBS.powers_of_two(params)
+    sizes = KNOBS.powers_of_two(params, tuple(name for name in KNOBS.notes if name != "precision"))
     if sizes["chunk"] < 16 or sizes["block_v"] < 16:
         raise ValueError(f"triton_deltanet_chunks: chunk and block_v must be at least 16 (tl.dot's smallest tile), "
                          f"got {sizes}")
+    if params["precision"] not in PRECISIONS:
+        raise ValueError(f"triton_deltanet_chunks: precision must be one of {PRECISIONS}, got {params['precision']!r}")
     return [
         *template_files(files, "triton_deltanet_chunks"),
-        KNOBS.patch(sizes),
+        KNOBS.patch(sizes | {"precision": params["precision"]}),
         replace_once(files, DELTANET, _KERNEL, """\
         if q.shape[0] >= MIN_ROWS:  # triton_deltanet_chunks: a prompt's rows in chunks on the tensor cores
             from .chunked_delta_rule import chunked_delta_rule
@@ -53,8 +57,8 @@ triton_deltanet_chunks = Transform(
     # recurrent 27.5). The pipelined loop is not yet timed: the prior stays, and it stays out of `proven`
     first_audio={"cuda": 1.01},
     summary="run the prefill's gated delta rule in chunks of 32-64 tokens as tensor-core products (3xTF32, about "
-            "fp32's precision): every chunk's WY factors, then its outputs, in parallel; only the state's two "
-            "products per chunk run in order, T / chunk steps instead of T token steps",
+            "fp32's precision, or one TF32 pass): every chunk's WY factors, then its outputs, in parallel; only the "
+            "state's two products per chunk run in order, T / chunk steps instead of T token steps",
     feature="gated_deltanet",
     devices=frozenset({"cuda"}),
     knobs=KNOBS,
@@ -66,7 +70,7 @@ triton_deltanet_chunks = Transform(
     # the recurrence's loads are cp.async copies a chunk ahead: 12 barriers and 3 round trips a kernel, against 22
     # barriers a step and 8 round trips unpipelined (session 29's H100 timing, ~11 us a step, was unpipelined)
     space={"chunk": (32, 64, 16), "block_v": (32, 16, 64), "num_warps": (4, 8), "stages": (2, 4, 1),
-           "min_rows": (64, 32, 128)},
+           "min_rows": (64, 32, 128), "precision": PRECISIONS},
     requires=("triton_deltanet", "cuda_graph_prefill"),  # the rule with a device row count `valid`
     lesson="The recurrent kernel's prefill is T dependent token steps per layer (~0.46-0.8 us each: a cross-warp "
            "reduction, the state update, another reduction), so long prompts pay it most: ~2.9 ms of a 209-row "

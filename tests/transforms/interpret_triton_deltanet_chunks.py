@@ -81,6 +81,8 @@ def test_applies_on_the_graphed_prefill_once():
         triton_deltanet_chunks.apply(transformed(base, [triton_deltanet_chunks]), {})
     with pytest.raises(ValueError, match="at least 16"):
         triton_deltanet_chunks.apply(base, next(triton_deltanet_chunks.variants()) | {"chunk": 8})
+    with pytest.raises(ValueError, match="precision must be one of"):
+        triton_deltanet_chunks.apply(base, next(triton_deltanet_chunks.variants()) | {"precision": "ieee"})
 
 
 @pytest.mark.parametrize(("T", "nv", "dk", "dv", "valid", "correlated"), [

@@ -5,8 +5,9 @@ The chunk form (the WY/UT representation of Gated DeltaNet, as fla's chunk kerne
 cumulative log-decay and S0 the state entering it, delta = U - W S0 where [W | U] = (I + A)^-1 [beta exp(G) K |
 beta V], A_ij = beta_i exp(G_i - G_j) k_i.k_j (i > j); then O = exp(G) (Q S0) + (Q K^T . exp(G_i - G_j), j <= i)
 delta and S = exp(G_C) S0 + (K . exp(G_C - G))^T delta. Decay differences are only exponentiated for j <= i (<= 1).
-Products run as "tf32x3" (three TF32 tensor-core passes: about fp32's precision, which the teacher-forced gate
-and the recurrent kernel's fp32 state need).
+Products run at PRECISION: "tf32x3" (three TF32 tensor-core passes: about fp32's precision, as the recurrent
+kernel's fp32 state) or "tf32" (one pass, a 10-bit mantissa: finer than the bf16 activations around the rule, and
+fewer registers; the teacher-forced gate decides whether it holds).
 
 Three kernels, so that only the state's two products per chunk are sequential:
 - factors, every (value head, chunk) in parallel: G, W, U and K . exp(G_C - G). (I + A)^-1 exactly, without a
@@ -27,9 +28,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .chunked_delta_rule_params import BLOCK_V, CHUNK, NUM_WARPS, STAGES
+from .chunked_delta_rule_params import BLOCK_V, CHUNK, NUM_WARPS, PRECISION, STAGES
 
-PRECISION = "tf32x3"
 DIAGONAL = 16  # rows of the inverse's blocks solved by substitution: tl.dot's smallest tile
 KEY_BLOCK = 64  # key (and in the factors, value) columns per product: full dims (128) in two
 
