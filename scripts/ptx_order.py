@@ -159,7 +159,7 @@ def _kernels(warps: int | None, block_n: int | None) -> dict[str, Callable[[], o
                                           nv // nk, b.linear_conv_kernel,
                                           triton.next_power_of_2(b.linear_conv_kernel - 1), prep.BLOCK_T, True,
                                           num_warps=prep.NUM_WARPS),
-        "delta rule chunk factors": run(chunks._factors_kernel, *[_ptr(F32)] * 8, _ptr(I64), 224, nv, dk, dv,
+        "delta rule chunk factors": run(chunks._factors_kernel, *[_ptr(F32)] * 9, _ptr(I64), 224, nv, dk, dv,
                                         chunks.CHUNK, sub, (chunks.CHUNK // sub).bit_length() - 1,
                                         min(dk, dv, chunks.KEY_BLOCK), True, chunks.PRECISION,
                                         num_warps=chunks.NUM_WARPS),

@@ -62,11 +62,13 @@ def _unit_lower_inverse(a, C: tl.constexpr, SUB: tl.constexpr, LEVELS: tl.conste
 
 
 @triton.jit(do_not_specialize=["T"])
-def _factors_kernel(k_ptr, v_ptr, beta_ptr, g_ptr, w_ptr, u_ptr, kd_ptr, gc_ptr, valid_ptr, T, NV: tl.constexpr,
+def _factors_kernel(k_ptr, v_ptr, beta_ptr, g_ptr, w_ptr, u_ptr, kd_ptr, gc_ptr, o_ptr, valid_ptr, T, NV: tl.constexpr,
                     DK: tl.constexpr, DV: tl.constexpr, C: tl.constexpr, SUB: tl.constexpr,
                     LEVELS: tl.constexpr, KB: tl.constexpr, HAS_VALID: tl.constexpr, PREC: tl.constexpr):
     """One (value head, chunk): G, W, U and K . exp(G_C - G) into (NV, chunks * C, .) buffers, KB key or value
-    columns at a time (whole (C, DK) tiles spilled registers at full dims); chunks past the rows are skipped."""
+    columns at a time (whole (C, DK) tiles spilled registers at full dims). A chunk past the rows has no factors:
+    its program stores its rows' outputs as zeros instead (the output kernel skips it), so the output needs no fill
+    kernel before."""
     head = tl.program_id(0)
     start = tl.program_id(1) * C
     n = _rows(valid_ptr, T, HAS_VALID)
@@ -96,6 +98,11 @@ def _factors_kernel(k_ptr, v_ptr, beta_ptr, g_ptr, w_ptr, u_ptr, kd_ptr, gc_ptr,
             v = tl.load(v_ptr + (rows[:, None] * NV + head) * DV + c * KB + block, mask=live[:, None], other=0.0)
             tl.store(u_ptr + out * DV + c * KB + block, tl.dot(inv, v * beta[:, None], input_precision=PREC))
         tl.store(gc_ptr + head * tl.num_programs(1) * C + rows, gc)
+    else:
+        rows = start + tl.arange(0, C)
+        for c in tl.static_range(DV // KB):
+            tl.store(o_ptr + (rows[:, None] * NV + head) * DV + c * KB + tl.arange(0, KB)[None, :],
+                     tl.zeros((C, KB), tl.float32), mask=(rows < T)[:, None])
 
 
 @triton.jit(do_not_specialize=["TP"])
@@ -148,7 +155,8 @@ def _output_kernel(q_ptr, k_ptr, delta_ptr, gc_ptr, h_ptr, o_ptr, valid_ptr, T, 
                    DK: tl.constexpr, DV: tl.constexpr, C: tl.constexpr, BV: tl.constexpr, KB: tl.constexpr,
                    HAS_VALID: tl.constexpr, PREC: tl.constexpr):
     """One (value head, chunk, BV value columns): O = exp(G) (Q S0) + (Q K^T . exp(G_i - G_j), j <= i) delta, the
-    key dim in KB halves as the recurrence has it. Rows past n have zero q: their outputs are stored as zeros."""
+    key dim in KB halves as the recurrence has it. Rows past n have zero q: their outputs are stored as zeros (the
+    factors kernel zeroes the chunks past n)."""
     head, chunk = tl.program_id(0), tl.program_id(1)
     start = chunk * C
     n = _rows(valid_ptr, T, HAS_VALID)
@@ -188,9 +196,7 @@ def chunked_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: 
                          f"powers of two, dk and the value block at least 16, dk at most {2 * KEY_BLOCK}")
     if not (state.is_contiguous() and state.dtype == torch.float32):
         raise ValueError("chunked_delta_rule updates the state in place: it must be a contiguous fp32 tensor")
-    # zeros past `valid`: the outputs stop at the chunk holding the last real row, and padded rows flow on through
-    # the layers (and into KV caches), so they must stay finite
-    out = (torch.empty if valid is None else torch.zeros)((T, nv, dv), dtype=torch.float32, device=q.device)
+    out = torch.empty((T, nv, dv), dtype=torch.float32, device=q.device)  # every row written, zeros past `valid`
     if T == 0:
         return out
     q, k, v, beta, g = q.contiguous(), k.contiguous(), v.contiguous(), beta.contiguous(), g.contiguous()
@@ -199,11 +205,11 @@ def chunked_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: 
     w, kd = torch.empty((nv, chunks * CHUNK, dk), **f32), torch.empty((nv, chunks * CHUNK, dk), **f32)
     u, gc = torch.empty((nv, chunks * CHUNK, dv), **f32), torch.empty((nv, chunks * CHUNK), **f32)
     entering = torch.empty((nv, chunks, dk, dv), **f32)
-    # the factors of chunks past `valid` are never written, nor read
+    # the factors of chunks past `valid` are never written, and read only masked
     length = state if valid is None else valid  # without `valid` the kernels never read it: any pointer will do
     flags = (valid is not None, PRECISION)
     sub = min(DIAGONAL, CHUNK)
-    _factors_kernel[(nv, chunks)](k, v, beta, g, w, u, kd, gc, length, T, nv, dk, dv, CHUNK, sub,
+    _factors_kernel[(nv, chunks)](k, v, beta, g, w, u, kd, gc, out, length, T, nv, dk, dv, CHUNK, sub,
                                   (CHUNK // sub).bit_length() - 1, min(dk, dv, KEY_BLOCK), *flags, num_warps=NUM_WARPS)
     _recurrence_kernel[(nv, dv // bv)](w, u, kd, gc, state, entering, length, chunks * CHUNK, nv, dk, dv, CHUNK, bv,
                                        min(dk, KEY_BLOCK), *flags, STAGES, num_warps=NUM_WARPS)
