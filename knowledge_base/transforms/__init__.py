@@ -8,6 +8,7 @@ from .cuda import compile_tower, cuda_graph_backbone
 from .codec_channels_last import codec_channels_last
 from .codec_conv_autotune import codec_conv_autotune
 from .codec_overlap import codec_overlap
+from .codec_upsample_channels_last import codec_upsample_channels_last
 from .cuda_graph_codec import cuda_graph_codec
 from .cuda_graph_frame import cuda_graph_frame
 from .cuda_graph_prefill import cuda_graph_prefill
@@ -45,7 +46,7 @@ ALL: tuple[Transform, ...] = (fp8_dequant_at_build, moe_dispatch, rope_tables, g
                               inductor_codec, triton_prefill_route, prefill_fused_projections, triton_code_heads,
                               triton_frame_glue, pipelined_frames, fused_sdpa, prefill_row_ladder,
                               codec_conv_autotune, codec_channels_last, prefix_moe_cache, triton_deltanet_prep,
-                              prefill_first_frame, triton_deltanet_chunks)
+                              prefill_first_frame, triton_deltanet_chunks, codec_upsample_channels_last)
 TRANSFORMS: dict[str, Transform] = {t.name: t for t in ALL}
 
 __all__ = ["ALL", "TRANSFORMS", "NotApplicable", "Params", "Patch", "Transform"]
