@@ -15,6 +15,7 @@ from evaluator import Status, evaluate
 from evaluator.channel import HEADER, JudgeChannel, ProtocolError
 from evaluator.sandbox import REFERENCE_DIR, REPO_ROOT
 from tests.evaluator.candidate_factory import build_engine_body, make_candidate
+from tests.processes import alive
 
 PROBE = '''
 import getpass, json, os, socket, subprocess
@@ -95,17 +96,9 @@ def test_root_judge_confines_the_worker(probe):
 def test_escaped_child_is_killed(probe):
     facts, _, _ = probe
     deadline = time.time() + 5
-    while time.time() < deadline and _alive(facts["child"]):
+    while time.time() < deadline and alive(facts["child"]):
         time.sleep(0.1)
-    assert not _alive(facts["child"]) or os.geteuid() != 0
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
+    assert not alive(facts["child"]) or os.geteuid() != 0
 
 
 def _channel_with(payload: bytes) -> JudgeChannel:

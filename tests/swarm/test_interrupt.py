@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from knowledge_base import KnowledgeStore
+from tests.processes import Process, alive, live_processes
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,32 +33,15 @@ def _workers_under(home: Path) -> list[int]:
 def _worker_children(pid: int) -> set[int]:
     """Evaluator workers among `pid`'s descendants (by command line: a worker whose cwd a private mount hides from
     _workers_under still shows here, while its swarm lives)."""
-    parents, commands = {}, {}
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                with open(f"/proc/{entry.name}/stat") as f:
-                    parents[int(entry.name)] = int(f.read().rsplit(")", 1)[1].split()[1])
-                with open(f"/proc/{entry.name}/cmdline", "rb") as f:
-                    commands[int(entry.name)] = f.read()
-            except OSError:
-                pass  # exited while we looked
-    found = set()
-    for child in parents:
-        ancestor = parents[child]
+    table = live_processes()
+
+    def descends(p: Process) -> bool:
+        ancestor = p.parent
         while ancestor > 1 and ancestor != pid:
-            ancestor = parents.get(ancestor, 0)
-        if ancestor == pid and b"evaluator.worker" in commands.get(child, b""):
-            found.add(child)
-    return found
+            ancestor = table[ancestor].parent if ancestor in table else 0
+        return ancestor == pid
 
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    return {p.pid for p in table.values() if p.is_worker and descends(p)}
 
 
 def _interrupt(args: list[str], home: Path, sig: int) -> tuple[int, str]:
@@ -84,7 +68,7 @@ def _interrupt(args: list[str], home: Path, sig: int) -> tuple[int, str]:
         if proc.poll() is None:
             proc.kill()
     time.sleep(0.5)
-    assert _workers_under(home) == [] and not any(_alive(p) for p in seen), output
+    assert _workers_under(home) == [] and not any(alive(p) for p in seen), output
     return proc.returncode, output
 
 
