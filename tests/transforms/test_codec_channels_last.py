@@ -34,6 +34,11 @@ def test_decodes_what_the_reference_codec_decodes(tmp_path):
                                                                                   torch.float32)
     conv = codec.decoder.blocks[0].res_units[0].conv1.weight
     assert conv.dim() == 4 and conv.is_contiguous(memory_format=torch.channels_last)
+    assert_decodes_as_the_reference(codec, weights)
+
+
+def assert_decodes_as_the_reference(codec: Codec, weights) -> None:
+    """`codec` (built from `weights`, float32, CPU) decodes 7 seeded frames as the reference codec does."""
     reference = Codec.from_weights(CFG.codec, weights, "cpu", torch.float32)
     codes = torch.randint(CFG.codec.residual_codebook_size, (CFG.num_codebooks, 7),
                           generator=torch.Generator().manual_seed(0))

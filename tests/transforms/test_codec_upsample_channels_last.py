@@ -18,12 +18,11 @@ from knowledge_base.transforms.codec_upsample_channels_last import codec_upsampl
 from knowledge_base.transforms.cuda_graph_codec import cuda_graph_codec
 from knowledge_base.transforms.inductor_codec import inductor_codec
 from reference_runtime.codec_weights import init_codec_weights
-from reference_runtime.config import get_config
 from reference_runtime.model.codec import Codec
 
+from test_codec_channels_last import CFG, assert_decodes_as_the_reference
 from test_cuda_graphs import REFERENCE, load, transformed
 
-CFG = get_config("drama3-tiny")
 STACK = [codec_channels_last, codec_upsample_channels_last]
 
 
@@ -44,12 +43,7 @@ def test_decodes_what_the_reference_codec_decodes_on_channels_last_tensors(tmp_p
         assert conv.dim() == 4 and conv.is_contiguous(memory_format=torch.channels_last)
     entering = []
     codec.decoder.conv_in.register_forward_pre_hook(lambda module, args: entering.append(args[0]))
-    reference = Codec.from_weights(CFG.codec, weights, "cpu", torch.float32)
-    codes = torch.randint(CFG.codec.residual_codebook_size, (CFG.num_codebooks, 7),
-                          generator=torch.Generator().manual_seed(0))
-    got, want = codec.decode(codes), reference.decode(codes)
-    assert got.shape == want.shape == (7 * CFG.codec.frame_samples,)
-    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+    assert_decodes_as_the_reference(codec, weights)
     (x,) = entering
     assert x.dim() == 4 and x.shape[2] == 1 and x.is_contiguous(memory_format=torch.channels_last)
 
