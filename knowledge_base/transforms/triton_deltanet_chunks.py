@@ -22,7 +22,9 @@ KNOBS = Knobs("chunked_delta_rule_params.py", "triton_deltanet_chunks", {
     "min_rows": "calls of at least this many tokens run chunked, shorter ones triton_deltanet's recurrent kernel",
     "precision": "the products' tensor-core passes: tf32x3 (about fp32's precision) or tf32 (one, a 10-bit mantissa)",
 })
-PRECISIONS = ("tf32x3", "tf32")
+# one TF32 pass first: 1.5x faster than three at 209 rows (session 30), its 10-bit mantissa finer than the bf16
+# activations around the rule; it passed drama3-mid's teacher-forced gate as 3xTF32 did
+PRECISIONS = ("tf32", "tf32x3")
 
 
 def _apply(files: Files, params: Params) -> list[Patch]:
@@ -52,12 +54,12 @@ triton_deltanet_chunks = Transform(
     name="triton_deltanet_chunks",
     # session 28's form (chunks of 16, the outputs' products inside the sequential loop) measured on an H100
     # (docs/benchmarks.md): 91.7 us a layer call for 209 rows against the recurrent kernel's 97.0, TTFA within
-    # noise. Session 29's (only the state's two products sequential, the inverse merged from 16-row blocks), before
-    # its loop was pipelined: 89.2 us in chunks of 32, 140.3 in chunks of 64 (52 rows: 35.4 and 82.3 against the
-    # recurrent 27.5). The pipelined loop is not yet timed: the prior stays, and it stays out of `proven`
-    first_audio={"cuda": 1.01},
-    summary="run the prefill's gated delta rule in chunks of 32-64 tokens as tensor-core products (3xTF32, about "
-            "fp32's precision, or one TF32 pass): every chunk's WY factors, then its outputs, in parallel; only the "
+    # noise. Session 30's pipelined form, same H100 test: 209 rows in a 224-row bucket 57.1 us in chunks of 32 with
+    # one TF32 pass, 83.9 with 3xTF32, recurrent 97.1; on the session 22 kept engine with the proven leap, one TF32
+    # pass took TTFA 14.2 / 21.9 / 20.5 -> 14.1 / 21.2 / 19.0 ms (hello / sentences / voice), frames/s unchanged
+    first_audio={"cuda": 1.03},
+    summary="run the prefill's gated delta rule in chunks of 32-64 tokens as tensor-core products (one TF32 pass, or "
+            "3xTF32 at about fp32's precision): every chunk's WY factors, then its outputs, in parallel; only the "
             "state's two products per chunk run in order, T / chunk steps instead of T token steps",
     feature="gated_deltanet",
     devices=frozenset({"cuda"}),
@@ -82,6 +84,9 @@ triton_deltanet_chunks = Transform(
            "update run in order; the factors and the outputs (from each chunk's stored entering state) run in "
            "parallel. The triangular inverse is exact (forward substitution in 16-row blocks merged by products: a "
            "power series cancels catastrophically in fp32 with correlated keys). 3xTF32 operands take registers: "
-           "products over 64 key columns at a time keep the kernels from spilling. Measure against the recurrent "
-           "kernel at the prompt sizes of the benchmark (52-209 rows); min_rows keeps short calls recurrent.",
+           "products over 64 key columns at a time keep the kernels from spilling. Pipelined (the next chunk's "
+           "factors loaded while one computes), one TF32 pass took a 209-row layer call from the recurrent "
+           "kernel's 97 to 57 us on an H100 (3xTF32: 84), 1.5 ms of a voice prompt's TTFA. Measure against the "
+           "recurrent kernel at the prompt sizes of the benchmark (52-209 rows); min_rows keeps short calls "
+           "recurrent.",
 )
