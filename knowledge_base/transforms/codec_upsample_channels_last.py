@@ -44,11 +44,11 @@ def _apply(files: Files, params: Params) -> list[Patch]:
 
 codec_upsample_channels_last = Transform(
     name="codec_upsample_channels_last",
-    # not yet timed on a GPU (session 29). What it aims at, measured on an H100 (session 25, docs/benchmarks.md):
-    # with codec_channels_last the 3-5 layout conversions left in each codec window (0.10-0.14 ms) were the
-    # upsampling stages'; a 200-frame stream decodes 8 windows, its first audio one
+    # measured on an H100 (session 30, docs/benchmarks.md), beside codec_channels_last alone on the kept engine:
+    # codec windows of 1 / 10 / 64 frames 1.142 / 1.484 / 2.887 -> 1.018 / 1.376 / 2.750 ms, TTFA 0.1-0.2 ms
+    # shorter, frames/s +0.1% (a 200-frame stream decodes 8 windows, its first audio one). Not gated at full size yet
     impact={"cuda": 1.002},
-    first_audio={"cuda": 1.005},
+    first_audio={"cuda": 1.007},
     summary="run the codec's upsampling stages (transposed convolutions and ConvNeXt blocks) on codec_channels_last's "
             "channels-last (B, C, 1, T) layout too, from the post-module's output (already that layout), dropping the "
             "layout conversions cuDNN made around them in every window",
