@@ -46,9 +46,11 @@ codec_upsample_channels_last = Transform(
     name="codec_upsample_channels_last",
     # measured on an H100 (session 30, docs/benchmarks.md), beside codec_channels_last alone on the kept engine:
     # codec windows of 1 / 10 / 64 frames 1.142 / 1.484 / 2.887 -> 1.018 / 1.376 / 2.750 ms, TTFA 0.1-0.2 ms
-    # shorter, frames/s +0.1% (a 200-frame stream decodes 8 windows, its first audio one). Not gated at full size yet
+    # shorter, frames/s +0.1% (a 200-frame stream decodes 8 windows, its first audio one); gated at full size
+    # with triton_deltanet_chunks on the same stack (max logit error 0.156)
     impact={"cuda": 1.002},
     first_audio={"cuda": 1.007},
+    proven=frozenset({"cuda"}),
     summary="run the codec's upsampling stages (transposed convolutions and ConvNeXt blocks) on codec_channels_last's "
             "channels-last (B, C, 1, T) layout too, from the post-module's output (already that layout), dropping the "
             "layout conversions cuDNN made around them in every window",
