@@ -78,6 +78,7 @@ def _factors_kernel(k_ptr, v_ptr, beta_ptr, g_ptr, w_ptr, u_ptr, kd_ptr, gc_ptr,
         live = rows < n
         beta = tl.load(beta_ptr + rows * NV + head, mask=live, other=0.0)
         gc = tl.cumsum(tl.load(g_ptr + rows * NV + head, mask=live, other=0.0), axis=0)
+        tl.store(gc_ptr + head * tl.num_programs(1) * C + rows, gc)
         block = tl.arange(0, KB)[None, :]
         keys = k_ptr + (rows[:, None] * NV + head) * DK + block
         kk = tl.zeros((C, C), tl.float32)
@@ -97,7 +98,6 @@ def _factors_kernel(k_ptr, v_ptr, beta_ptr, g_ptr, w_ptr, u_ptr, kd_ptr, gc_ptr,
         for c in tl.static_range(DV // KB):
             v = tl.load(v_ptr + (rows[:, None] * NV + head) * DV + c * KB + block, mask=live[:, None], other=0.0)
             tl.store(u_ptr + out * DV + c * KB + block, tl.dot(inv, v * beta[:, None], input_precision=PREC))
-        tl.store(gc_ptr + head * tl.num_programs(1) * C + rows, gc)
     else:
         rows = start + tl.arange(0, C)
         for c in tl.static_range(DV // KB):
