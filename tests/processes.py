@@ -19,6 +19,12 @@ class Process:
         return b"evaluator.worker" in self.args
 
 
+def _stat(pid: int | str) -> list[str]:
+    """/proc/PID/stat's fields after "pid (comm)": state ppid pgrp ...; OSError once the process is gone."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()
+
+
 def live_processes() -> dict[int, Process]:
     """Every process that is not a zombie, by pid; those exiting while we look are left out."""
     found = {}
@@ -26,8 +32,7 @@ def live_processes() -> dict[int, Process]:
         if not entry.name.isdigit():
             continue
         try:
-            with open(f"/proc/{entry.name}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()  # after "pid (comm)": state ppid pgrp ...
+            fields = _stat(entry.name)
             with open(f"/proc/{entry.name}/cmdline", "rb") as f:
                 args = tuple(f.read().split(b"\0"))
         except OSError:
@@ -41,7 +46,6 @@ def live_processes() -> dict[int, Process]:
 def alive(pid: int) -> bool:
     """Whether `pid` runs (a zombie does not)."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        return _stat(pid)[0] != "Z"
     except OSError:
         return False

@@ -21,6 +21,7 @@ from swarm.proposal import ProposalContext
 from swarm.run_state import lineage_transforms
 
 STATE = Path(__file__).resolve().parents[2] / "docs" / "measurements" / "2026-12-05_h200_s22_swarm_home.tgz"
+PARENT = "drama3-h200-lease-003.i012.s00"  # the run's best kept engine, which the lease's next iteration builds on
 
 
 @pytest.fixture(scope="module")
@@ -31,22 +32,20 @@ def kept(tmp_path_factory):
     home = root / "swarm_home"
     kb = KnowledgeStore(home / "kb.sqlite")
     try:
-        best = max((k for k in kb.kept_engines() if k.key.device == "cuda"), key=lambda k: k.speedup_vs_reference)
-        return best.id, EngineRepo(home / "engines").files(best.git_commit), lineage_transforms(kb, best.id)
+        return EngineRepo(home / "engines").files(kb.kept_engine(PARENT).git_commit), lineage_transforms(kb, PARENT)
     finally:
         kb.close()
 
 
 def _propose(kept, aims: list[str]):
-    engine_id, files, lineage = kept
+    files, lineage = kept
     return OfflineAgent("o").propose(ProposalContext(
-        target_name="drama3-h200-lease", model_config_name="drama3", device="cuda", gpu="h200", parent_id=engine_id,
+        target_name="drama3-h200-lease", model_config_name="drama3", device="cuda", gpu="h200", parent_id=PARENT,
         parent_files=files, parent_figures="", acceptance="", unmet_aims=aims, applied_transforms=lineage))
 
 
 def test_the_leap_stacks_what_was_proven_since_and_applies(kept):
-    engine_id, files, lineage = kept
-    assert engine_id == "drama3-h200-lease-003.i012.s00"
+    files, lineage = kept
     leap = _propose(kept, [FIRST_AUDIO_AIM, "frames_per_s"])
     assert leap.title.startswith(offline.LEAP)
     since = {name for name, t in TRANSFORMS.items() if "cuda" in t.proven and name not in lineage}
