@@ -116,6 +116,13 @@ def _experts_step(grouped, layers: list[Layer], x: torch.Tensor, routes: list[tu
     return step
 
 
+def _default_tiles(rows: int) -> dict[str, int | None]:
+    """The tiles the transform's defaults launch for a prompt of `rows` rows."""
+    long = rows >= DEFAULT["long_rows"]
+    return {"block_m": DEFAULT["block_m"], "block_n": DEFAULT["block_n_long" if long else "block_n"],
+            "num_warps": DEFAULT["num_warps"], "num_stages": None}
+
+
 def _used_bytes(experts: torch.Tensor) -> int:
     return experts.unique().numel() * 3 * CFG.hidden_size * CFG.moe_intermediate_size
 
@@ -147,7 +154,7 @@ def main() -> None:
             except Exception as exc:  # noqa: BLE001
                 print(f"  {prompt} {tiles}: {type(exc).__name__}: {str(exc)[:120]}")
                 continue
-            default = tiles["num_stages"] is None and all(DEFAULT[name] == tiles[name] for name in DEFAULT)
+            default = tiles["num_stages"] is None and tiles == _default_tiles(count)
             found.append(Row(prompt, tiles, default, round(ms, 4), round(used / ms / 1e9, 3)))
         found.sort(key=lambda r: r.ms_per_layer)
         rows += found

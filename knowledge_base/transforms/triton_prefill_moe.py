@@ -30,19 +30,20 @@ _FUSED = '''
 
 KNOBS = Knobs("grouped_moe_params.py", "triton_prefill_moe", {
     "block_m": "(token, slot) pairs per block; an expert with fewer pairs pads its block",
-    "block_n": "output columns per program (at most the FP8 block)",
+    "block_n": "output columns per program (at most the FP8 block) for prompts under LONG_ROWS rows",
+    "block_n_long": "output columns per program from LONG_ROWS rows on",
+    "long_rows": "prompt rows from which BLOCK_N_LONG tiles the outputs",
     "num_warps": "",
 })
 
 
 def _apply(files: Files, params: Params) -> list[Patch]:
-    bm, bn, warps = int(params["block_m"]), int(params["block_n"]), int(params["num_warps"])
-    if any(v & (v - 1) for v in (bm, bn, warps)) or min(bm, bn) < 16:
-        raise ValueError(f"triton_prefill_moe: block_m ({bm}), block_n ({bn}) and num_warps ({warps}) must be powers "
-                         "of two, the blocks at least 16 (tl.dot's smallest tile)")
+    sizes = KNOBS.powers_of_two(params)
+    if min(sizes["block_m"], sizes["block_n"], sizes["block_n_long"]) < 16:
+        raise ValueError(f"triton_prefill_moe: the blocks must be at least 16 (tl.dot's smallest tile), got {sizes}")
     return [
         *template_files(files, "triton_prefill_moe"), *template_files(files, "fp8_triton"),
-        KNOBS.patch({"block_m": bm, "block_n": bn, "num_warps": warps}),
+        KNOBS.patch(sizes),
         replace_once(files, MOE, _CALL, """\
         weights, experts = self.route(x)
         if x.is_cuda or os.environ.get("TRITON_INTERPRET") == "1":  # Triton is imported only where it can run
@@ -67,7 +68,11 @@ triton_prefill_moe = Transform(
     knobs=KNOBS,
     templates=("triton_prefill_moe", "fp8_triton"),
     apply=_apply,
-    space={"block_m": (16, 32, 64), "block_n": (64, 128, 32), "num_warps": (4, 8)},
+    # block_n by prompt rows: scripts/gpu_prefill_bench.py on the H200 (session 23) put hello's 52 rows fastest at
+    # 64 columns (0.182 ms a layer, 128: 0.189) and the voice prompt's 209 at 128 (0.218 ms, 64: 0.228); the
+    # 128-row threshold lies between the two measured counts
+    space={"block_m": (16, 32, 64), "block_n": (64, 128, 32), "block_n_long": (128, 64), "long_rows": (128, 64, 256),
+           "num_warps": (4, 8)},
     lesson="The eager MoE loops over up to 256 active experts per layer with a per-call FP8 dequantisation and a "
            "host sync, which is most of the time to first audio at full size. Grouping pairs by expert keeps the "
            "bytes read near one pass over the used experts; block_m trades padding (short prompts: most experts "

@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 from .fp8_bits import fp8_e4m3
-from .grouped_moe_params import BLOCK_M, BLOCK_N, NUM_WARPS
+from .grouped_moe_params import BLOCK_M, BLOCK_N, BLOCK_N_LONG, LONG_ROWS, NUM_WARPS
 
 
 @triton.jit
@@ -169,7 +169,9 @@ def grouped_fp8_experts(x: torch.Tensor, weights: torch.Tensor, experts: torch.T
     T, k = experts.shape
     E, two_inter, H = gate_up.shape
     inter = two_inter // 2
-    bn = min(BLOCK_N, block)
+    # a long prompt's rows reach nearly every expert with several pairs each: wider tiles read each expert's rows
+    # in fewer, longer programs; a short one's 1-3 pairs an expert want more programs in flight
+    bn = min(BLOCK_N_LONG if T >= LONG_ROWS else BLOCK_N, block)
     if block % bn or inter % bn or H % bn or block < 16:
         raise ValueError(f"grouped_fp8_experts: block {block} must be >= 16 and BLOCK_N {bn} must divide it, "
                          f"the hidden size {H} and the expert width {inter}")
