@@ -39,11 +39,13 @@ def _norm_proj_kernel(x_ptr, gain_ptr, w_ptr, out_ptr, h_ptr, eps, K: tl.constex
     tl.store(out_ptr + rows, acc.to(out_ptr.dtype.element_ty), mask=used)
 
 
-def moe_block(x: torch.Tensor, gain: torch.Tensor, w: MoEWeights, cfg: BackboneConfig) -> torch.Tensor:
-    """x + decode_moe.moe_decode(norm(x, gain)): (1, hidden) in x's dtype."""
+def norm_projection(x: torch.Tensor, gain: torch.Tensor, w: MoEWeights,
+                    cfg: BackboneConfig) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+    """(norm(x, gain), its router logits, shared gate, shared up and shared-expert gate), each (1, n) in x's dtype:
+    what the fused MoE's kernels read."""
     if len(w.proj.mats) > 1:  # cuda_graph_frame(fuse_projections=False): the norm and the projection's GEMVs
         h = norm(x, gain, cfg.rms_norm_eps)
-        return fused_moe_decode(h, *w.proj(h), w, cfg, residual=x)
+        return h, tuple(w.proj(h))
     mat = w.proj.mats[0]
     if not (x.is_contiguous() and mat.is_contiguous()):
         raise ValueError("moe_block reads the activations and weights as contiguous arrays")
@@ -53,4 +55,10 @@ def moe_block(x: torch.Tensor, gain: torch.Tensor, w: MoEWeights, cfg: BackboneC
     bn = min(BLOCK_N, triton.next_power_of_2(rows))
     _norm_proj_kernel[(triton.cdiv(rows, bn),)](x, gain, mat, proj, h, cfg.rms_norm_eps, hidden, rows, bn,
                                                _block(hidden, BLOCK_K), num_warps=NUM_WARPS)
-    return fused_moe_decode(h, *proj.split(w.proj.sizes, dim=-1), w, cfg, residual=x)
+    return h, proj.split(w.proj.sizes, dim=-1)
+
+
+def moe_block(x: torch.Tensor, gain: torch.Tensor, w: MoEWeights, cfg: BackboneConfig) -> torch.Tensor:
+    """x + decode_moe.moe_decode(norm(x, gain)): (1, hidden) in x's dtype."""
+    h, proj = norm_projection(x, gain, w, cfg)
+    return fused_moe_decode(h, *proj, w, cfg, residual=x)

@@ -1,0 +1,98 @@
+"""A backbone layer's MoE block at the full model's shapes, on the GPU, with triton_moe_fused's two expert kernels
+(triton_moe_block as the kept engines run it) and with triton_moe_one_launch's one launch, for each of its tiles:
+
+    python3 scripts/gpu_moe_one_launch_bench.py [--out one_launch.json] [--budget-s 120]
+
+Each is timed as a CUDA graph of one frame's 40 layers over 8 distinct layers' weights (6.4 GB, far beyond L2),
+each layer on its own counters as in the engine, and printed as us per layer, fastest first, the transform's
+default tiles marked, with the ratio to the two-kernel block. Nothing here decides anything: it says whether one
+launch pays and which tiles to give the defaults. Needs CUDA.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import triton
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from knowledge_base.transforms.triton_moe_one_launch import triton_moe_one_launch
+from reference_runtime.bench import graph_ms
+from reference_runtime.config import get_config
+from scripts.gpu_fast_check import recipe_module
+from scripts.gpu_moe_block_bench import STACK, _layers
+
+DEVICE = torch.device("cuda")
+CFG = get_config("drama3").backbone
+DEFAULT = next(triton_moe_one_launch.variants())
+TILES = [{"block_n": bn, "block_k": bk, "down_block_n": dbn, "down_block_k": 128, "num_warps": w}
+         for w, bn, dbn, bk in itertools.product((2, 4, 1), (8, 4, 2, 16), (4, 8, 16), (1024, 2048))]
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    path: str  # "two kernels" or "one launch"
+    tiles: dict[str, int]
+    default: bool
+    us_per_layer: float
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, help="JSON results path")
+    parser.add_argument("--budget-s", type=float, default=120.0, help="start no new tile after this many seconds")
+    args = parser.parse_args()
+    started = time.monotonic()
+    two = recipe_module((*STACK, ("triton_moe_block", {})), "moe_block", "moe_two_kernels_bench_engine")
+    one = recipe_module((*STACK, ("triton_moe_block", {}), ("triton_moe_one_launch", {})), "moe_one_launch",
+                        "moe_one_launch_bench_engine")
+    layers = _layers(sys.modules[two.__name__.rsplit(".", 1)[0]])
+    x = torch.randn(1, CFG.hidden_size, device=DEVICE, dtype=torch.bfloat16)
+    gain = 1 + 0.1 * torch.randn(CFG.hidden_size, device=DEVICE)
+    sync = torch.zeros((CFG.num_layers, 2), dtype=torch.int32, device=DEVICE)
+    print(f"{torch.cuda.get_device_name()}; torch {torch.__version__}, triton {triton.__version__}; "
+          f"{CFG.num_layers} layers per graph over {len(layers)} distinct layers' weights", flush=True)
+
+    def frame_ms(step) -> float:
+        def run() -> None:
+            y = x
+            for i in range(CFG.num_layers):
+                y = step(y, i)
+        return graph_ms(run, 50)
+
+    base = frame_ms(lambda y, i: two.moe_block(y, gain, layers[i % len(layers)], CFG))
+    rows = [Row("two kernels", {}, False, round(base * 1000 / CFG.num_layers, 2))]
+    for tiles in TILES:
+        if time.monotonic() - started > args.budget_s:
+            print("budget spent: later tiles not run")
+            break
+        for name, value in tiles.items():
+            setattr(one, name.upper(), value)
+        try:
+            ms = frame_ms(lambda y, i: one.moe_block(y, gain, layers[i % len(layers)], CFG, sync[i]))
+        # a tile the compiler or ptxas refuses (registers, shared memory): reported, skipped
+        except Exception as exc:  # noqa: BLE001
+            print(f"  {tiles}: {type(exc).__name__}: {str(exc)[:120]}")
+            continue
+        if sync.any():
+            raise SystemExit(f"{tiles}: the counters were left non-zero: {sync.tolist()}")
+        rows.append(Row("one launch", tiles, tiles == DEFAULT, round(ms * 1000 / CFG.num_layers, 2)))
+    found = sorted(rows[1:], key=lambda r: r.us_per_layer)
+    print(f"\ntwo kernels (triton_moe_block as kept): {rows[0].us_per_layer:.2f} us per layer")
+    for r in found[:8] + [r for r in found[8:] if r.default]:
+        print(f"  {'*' if r.default else ' '} one launch {json.dumps(r.tiles):90} {r.us_per_layer:8.2f} us per layer "
+              f"({rows[0].us_per_layer / r.us_per_layer:.3f}x)", flush=True)
+    if args.out:
+        args.out.write_text(json.dumps([asdict(r) for r in rows], indent=1))
+
+
+if __name__ == "__main__":
+    main()
