@@ -8,7 +8,8 @@ on silu(gate) * up of the GEMV's shared outputs, times sigmoid of its gate), all
 output row has one writer, so no atomics and the result is deterministic; given the residual stream, it also adds
 the output to it (rounded as torch's `x + moe_out`). fp32 throughout; the output is in x's dtype. Loops over the
 reduction dimension are unrolled; (B) loads every chunk before its first reduction, whose barrier would otherwise
-hold the next chunk's loads back (a DRAM round trip per chunk).
+hold the next chunk's loads back (a DRAM round trip per chunk). Each kernel's body is a tile helper
+(_gate_up_tile, _down_tile) that triton_moe_one_launch's single launch calls too.
 """
 from __future__ import annotations
 
