@@ -33,8 +33,12 @@ from scripts.gpu_moe_block_bench import STACK, _layers
 DEVICE = torch.device("cuda")
 CFG = get_config("drama3").backbone
 DEFAULT = next(triton_moe_one_launch.variants())
+# each warp count's likeliest tiles first (session 31's first H100 sweep: 8 gate|up rows and 4 down rows on 2 warps
+# fastest), then the rest of the space
+_FIRST = [(2, 8, 4, 1024), (2, 8, 4, 2048), (4, 8, 4, 1024), (1, 2, 4, 2048), (4, 16, 8, 1024), (1, 4, 4, 1024)]
 TILES = [{"block_n": bn, "block_k": bk, "down_block_n": dbn, "down_block_k": 128, "num_warps": w}
-         for w, bn, dbn, bk in itertools.product((2, 4, 1), (8, 4, 2, 16), (4, 8, 16), (1024, 2048))]
+         for w, bn, dbn, bk in _FIRST + [t for t in itertools.product((2, 4, 1), (8, 4, 2, 16), (4, 8, 16), (1024, 2048))
+                                         if t not in _FIRST]]
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,8 @@ def test_one_launch_equals_the_two_kernels_at_full_moe_dims(load_package, params
     one, fused = (importlib.import_module(f"{pkg.__name__}.{m}") for m in ("moe_one_launch", "fused_moe"))
     for name in ("BLOCK_N", "BLOCK_K", "DOWN_BLOCK_N", "DOWN_BLOCK_K"):  # the same sums in the same order
         monkeypatch.setattr(fused, name, getattr(one, name))
+    for name in ("NUM_WARPS", "DOWN_WARPS"):  # a reduction's tree follows the warps
+        monkeypatch.setattr(fused, name, one.NUM_WARPS)
     cfg, dev = get_config("drama3").backbone, torch.device("cuda")
     E, H, inter, block, shared = cfg.num_experts, cfg.hidden_size, cfg.moe_intermediate_size, cfg.fp8_block, \
         cfg.shared_expert_intermediate_size

@@ -92,6 +92,8 @@ def test_one_launch_equals_the_two_fused_kernels_and_leaves_its_counters_zero(pa
     one, fused = (importlib.import_module(f"{pkg.__name__}.{m}") for m in ("moe_one_launch", "fused_moe"))
     for name in ("BLOCK_N", "BLOCK_K", "DOWN_BLOCK_N", "DOWN_BLOCK_K"):  # the same sums in the same order
         monkeypatch.setattr(fused, name, getattr(one, name))
+    for name in ("NUM_WARPS", "DOWN_WARPS"):  # a reduction's tree follows the warps
+        monkeypatch.setattr(fused, name, one.NUM_WARPS)
     E, k, H, inter, block, shared = SHAPES[shape]
     cfg = dataclasses.replace(get_config("drama3").backbone, num_experts=E, num_experts_per_tok=k, hidden_size=H,
                               moe_intermediate_size=inter, fp8_block=block, shared_expert_intermediate_size=shared)
