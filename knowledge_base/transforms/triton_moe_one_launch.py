@@ -48,10 +48,10 @@ def _apply(files: Files, params: Params) -> list[Patch]:
 
 triton_moe_one_launch = Transform(
     name="triton_moe_one_launch",
-    # an estimate, not a measurement: session 16's launch-cost fit on the H200 (docs/benchmarks.md) put each graphed
-    # launch at ~2 us and the down kernel ~1.7 us above the line for its wait on the expert ids; one launch fewer
-    # per layer and the down weights read beside the gate|up ones would save ~3 us x 40 layers of a ~2.5 ms frame
-    impact={"cuda": 1.04},
+    # no prior: session 16's launch-cost fit on the H200 (docs/benchmarks.md) put each graphed launch at ~2 us and
+    # the down kernel ~1.7 us above the line for its wait on the expert ids (~3 us x 40 layers of a ~2.5 ms frame
+    # to win), but the first version, polling the counter with atomics, took the MoE block from 21.22 to 25.48 us
+    # a layer on the H100 (session 31, scripts/gpu_moe_one_launch_bench.py); polling by loads is not yet timed
     summary="run each backbone layer's decode MoE experts (triton_moe_fused's gate|up and down kernels) as one "
             "launch: the down programs route themselves, load their weights while the gate|up programs run, then "
             "wait on a per-layer counter for h; one launch fewer per layer, bit for bit the same output",
