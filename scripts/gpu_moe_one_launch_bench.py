@@ -65,14 +65,20 @@ def main() -> None:
     print(f"{torch.cuda.get_device_name()}; torch {torch.__version__}, triton {triton.__version__}; "
           f"{CFG.num_layers} layers per graph over {len(layers)} distinct layers' weights", flush=True)
 
-    def frame_ms(step) -> float:
-        def run() -> None:
-            y = x
-            for i in range(CFG.num_layers):
-                y = step(y, i)
-        return graph_ms(run, 50)
+    def frame(step) -> torch.Tensor:
+        y = x
+        for i in range(CFG.num_layers):
+            y = step(y, i)
+        return y
 
-    base = frame_ms(lambda y, i: two.moe_block(y, gain, layers[i % len(layers)], CFG))
+    def two_kernels(y: torch.Tensor, i: int) -> torch.Tensor:
+        return two.moe_block(y, gain, layers[i % len(layers)], CFG)
+
+    def one_launch(y: torch.Tensor, i: int) -> torch.Tensor:
+        return one.moe_block(y, gain, layers[i % len(layers)], CFG, sync[i])
+
+    want = frame(two_kernels)
+    base = graph_ms(lambda: frame(two_kernels), 50)
     rows = [Row("two kernels", {}, False, round(base * 1000 / CFG.num_layers, 2))]
     for tiles in TILES:
         if time.monotonic() - started > args.budget_s:
@@ -81,13 +87,18 @@ def main() -> None:
         for name, value in tiles.items():
             setattr(one, name.upper(), value)
         try:
-            ms = frame_ms(lambda y, i: one.moe_block(y, gain, layers[i % len(layers)], CFG, sync[i]))
+            ms = graph_ms(lambda: frame(one_launch), 50)
+            # other tiles and warps sum in another order, so not bit for bit; a down program that read h before
+            # it was written would be off by far more than bf16 rounding over 40 layers
+            error = (frame(one_launch).float() - want.float()).abs().max().item()
         # a tile the compiler or ptxas refuses (registers, shared memory): reported, skipped
         except Exception as exc:  # noqa: BLE001
             print(f"  {tiles}: {type(exc).__name__}: {str(exc)[:120]}")
             continue
         if sync.any():
             raise SystemExit(f"{tiles}: the counters were left non-zero: {sync.tolist()}")
+        if error > 0.25:
+            raise SystemExit(f"{tiles}: the 40-layer output differs from the two kernels' by {error:.3f}")
         rows.append(Row("one launch", tiles, tiles == DEFAULT, round(ms * 1000 / CFG.num_layers, 2)))
     found = sorted(rows[1:], key=lambda r: r.us_per_layer)
     print(f"\ntwo kernels (triton_moe_block as kept): {rows[0].us_per_layer:.2f} us per layer")
