@@ -39,10 +39,11 @@ def _apply(files: Files, params: Params) -> list[Patch]:
         # launches; per engine, so instances serving streams at once never share them
         self.moe_sync = torch.zeros((b.num_layers, 2), dtype=torch.int32, device=device)
 """),
-        replace_once(files, STEP, _LOOP,
-                     "            for lw, cache, sync in zip(self.w.layers, self.state.backbone, self.state.moe_sync):\n"),
+        replace_once(files, STEP, _LOOP, _LOOP.replace("cache in zip(", "cache, sync in zip(").replace(
+            "self.state.backbone)", "self.state.backbone, self.state.moe_sync)")),
         replace_once(files, STEP, _CALL, "                x = moe_block(x, lw.post_gain, lw.moe, cfg, sync)\n"),
-        replace_once(files, STEP, _IMPORT, "            from .moe_one_launch import moe_block  # triton_moe_one_launch\n"),
+        replace_once(files, STEP, _IMPORT, _IMPORT.replace(".moe_block import", ".moe_one_launch import").replace(
+            "\n", "  # triton_moe_one_launch\n")),
     ]
 
 
