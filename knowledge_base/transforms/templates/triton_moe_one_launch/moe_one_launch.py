@@ -5,7 +5,8 @@ on an int32 (a release after its h tile is stored). The rest are the down tiles:
 router logits (as every gate|up program does), issues all its weight loads, then waits for the count and reads h.
 Programs start in id order, so every gate|up program is running or done before any down program can wait: no
 down program waits on one that has no SM. The last down program to finish zeroes the count for the next launch.
-The arithmetic is triton_moe_fused's, op for op: the output equals its two kernels' bit for bit.
+The arithmetic is triton_moe_fused's, op for op: with the same tiles and warps the output equals its two
+kernels' bit for bit.
 """
 from __future__ import annotations
 
