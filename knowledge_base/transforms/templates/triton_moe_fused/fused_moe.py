@@ -123,9 +123,11 @@ def _down_tile(h_ptr, ids, w_ptr, s_ptr, shared_gate_ptr, shared_up_ptr, shared_
         res = tl.load(res_ptr + rows)
     w = w_ptr + ids.to(tl.int64) * (H * INTER)
     scales = s_ptr + ids * ((H // BLOCK) * (INTER // BLOCK)) + (tile * BN // BLOCK) * (INTER // BLOCK)
-    tile_s, tiles = (), ()
+    hs, tile_s, tiles = (), (), ()
     for c in tl.static_range(INTER // BK):  # (BN, KP, BK) tiles inside one FP8 column block; slots over warps
         j = c * BK + tl.arange(0, BK)
+        if not WAIT:  # h is the previous kernel's output: read beside the weights
+            hs = hs + (tl.load(h_ptr + slots[:, None] * INTER + j[None, :], mask=used[:, None], other=0.0),)
         tile_s = tile_s + (tl.load(scales + c * BK // BLOCK),)
         tiles = tiles + (tl.load(w[None, :, None] + rows[:, None, None] * INTER + j[None, None, :]),)
     if WAIT:
@@ -138,11 +140,10 @@ def _down_tile(h_ptr, ids, w_ptr, s_ptr, shared_gate_ptr, shared_up_ptr, shared_
             tl.inline_asm_elementwise("fence.acq_rel.gpu; mov.u32 $0, 0;", "=r", [], dtype=tl.int32, is_pure=False,
                                       pack=1)
         tl.debug_barrier()  # no thread reads h before the count is seen
-    hs = ()
-    for c in tl.static_range(INTER // BK):
-        j = c * BK + tl.arange(0, BK)
-        hs = hs + (tl.load(h_ptr + slots[:, None] * INTER + j[None, :], mask=used[:, None], other=0.0,
-                           cache_modifier=".cg"),)
+        for c in tl.static_range(INTER // BK):
+            j = c * BK + tl.arange(0, BK)
+            hs = hs + (tl.load(h_ptr + slots[:, None] * INTER + j[None, :], mask=used[:, None], other=0.0,
+                               cache_modifier=".cg"),)
     shared = tl.zeros((BN,), tl.float32)
     for c in tl.static_range(SHARED // SBK):
         g = shared_gates[c].to(tl.float32)
