@@ -7,6 +7,7 @@ import pytest
 
 from evaluator import Status, Verdict, calibrate_noise, evaluate
 from evaluator.sandbox import REFERENCE_DIR
+from evaluator.statistics import needs_margin
 from tests.evaluator.candidate_factory import make_candidate
 
 
@@ -100,8 +101,10 @@ def test_a_spread_undecided_verdict_gets_more_pairs_and_a_decided_one_does_not(t
     slower = evaluate(slow, tiny_target, baseline_dir=REFERENCE_DIR, work_dir=tmp_path / "slower", secret_seed=12)
     assert slower.status is Status.SLOWER and slower.comparison.pairs == spec.warm_trials, slower.summary
     assert slower.comparison.spread > 0.1
-    # at random: two copies that waited in turn would wait alike in every pair. Up to 8 times: with up to 4 the
-    # A/A's spread once came out at 9.2%, under the 10% that extends it (CI, session 22)
+    # at random: two copies that waited in turn would wait alike in every pair. Random waits spread the A/A's pairs
+    # past MAX_REL_IQR nearly always, but not always (9.2% in session 22's CI, 9.1% in session 31's), so this
+    # checks the rule rather than the draw: the A/A stops short of the cap only once its spread is within the margin
     jittery = _erratic(tmp_path, "jittery", 0.0, 8.0)
     calibration = calibrate_noise(jittery, tiny_target, work_dir=tmp_path / "aa", secret_seed=13)
-    assert calibration.rel_iqr > 0.1 and calibration.pairs == spec.warm_trials_cap
+    assert spec.warm_trials <= calibration.pairs <= spec.warm_trials_cap
+    assert calibration.pairs == spec.warm_trials_cap or not needs_margin(calibration.rel_iqr, calibration.pairs)
