@@ -154,7 +154,7 @@ def main() -> None:
             except Exception as exc:  # noqa: BLE001
                 print(f"  {prompt} {tiles}: {type(exc).__name__}: {str(exc)[:120]}")
                 continue
-            default = tiles["num_stages"] is None and tiles == _default_tiles(count)
+            default = tiles == _default_tiles(count)  # num_stages None included: Triton's own choice
             found.append(Row(prompt, tiles, default, round(ms, 4), round(used / ms / 1e9, 3)))
         found.sort(key=lambda r: r.ms_per_layer)
         rows += found
