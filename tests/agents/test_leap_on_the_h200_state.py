@@ -50,9 +50,7 @@ def test_the_leap_stacks_what_was_proven_since_and_applies(kept):
     assert leap.title.startswith(offline.LEAP)
     since = {name for name, t in TRANSFORMS.items() if "cuda" in t.proven and name not in lineage}
     assert {"triton_deltanet_chunks", "codec_upsample_channels_last", "prefill_first_frame"} <= since
-    # renewed, their kernel files being older: the prefill MoE's tiles, and the decode MoE's kernels and block split
-    # into the helpers triton_moe_one_launch calls (not yet proven, so not in the leap)
-    assert set(leap.transforms) == since | {"triton_prefill_moe", "triton_moe_fused", "triton_moe_block"}
+    assert set(leap.transforms) == since | {"triton_prefill_moe"}  # that one renewed, its kernels being older
     changed = apply_edits(files, leap.edits)
     assert "chunked_delta_rule.py" in changed and 'PRECISION = "tf32"' in changed["chunked_delta_rule_params.py"]
     # with time to first audio met, the prefill's transforms (first-audio priors only) stay out

@@ -39,13 +39,11 @@ def _norm_proj_kernel(x_ptr, gain_ptr, w_ptr, out_ptr, h_ptr, eps, K: tl.constex
     tl.store(out_ptr + rows, acc.to(out_ptr.dtype.element_ty), mask=used)
 
 
-def norm_projection(x: torch.Tensor, gain: torch.Tensor, w: MoEWeights,
-                    cfg: BackboneConfig) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
-    """(norm(x, gain), its router logits, shared gate, shared up and shared-expert gate), each (1, n) in x's dtype:
-    what the fused MoE's kernels read."""
+def moe_block(x: torch.Tensor, gain: torch.Tensor, w: MoEWeights, cfg: BackboneConfig) -> torch.Tensor:
+    """x + decode_moe.moe_decode(norm(x, gain)): (1, hidden) in x's dtype."""
     if len(w.proj.mats) > 1:  # cuda_graph_frame(fuse_projections=False): the norm and the projection's GEMVs
         h = norm(x, gain, cfg.rms_norm_eps)
-        return h, tuple(w.proj(h))
+        return fused_moe_decode(h, *w.proj(h), w, cfg, residual=x)
     mat = w.proj.mats[0]
     if not (x.is_contiguous() and mat.is_contiguous()):
         raise ValueError("moe_block reads the activations and weights as contiguous arrays")
@@ -55,10 +53,4 @@ def norm_projection(x: torch.Tensor, gain: torch.Tensor, w: MoEWeights,
     bn = min(BLOCK_N, triton.next_power_of_2(rows))
     _norm_proj_kernel[(triton.cdiv(rows, bn),)](x, gain, mat, proj, h, cfg.rms_norm_eps, hidden, rows, bn,
                                                _block(hidden, BLOCK_K), num_warps=NUM_WARPS)
-    return h, proj.split(w.proj.sizes, dim=-1)
-
-
-def moe_block(x: torch.Tensor, gain: torch.Tensor, w: MoEWeights, cfg: BackboneConfig) -> torch.Tensor:
-    """x + decode_moe.moe_decode(norm(x, gain)): (1, hidden) in x's dtype."""
-    h, proj = norm_projection(x, gain, w, cfg)
-    return fused_moe_decode(h, *proj, w, cfg, residual=x)
+    return fused_moe_decode(h, *proj.split(w.proj.sizes, dim=-1), w, cfg, residual=x)

@@ -8,8 +8,7 @@ on silu(gate) * up of the GEMV's shared outputs, times sigmoid of its gate), all
 output row has one writer, so no atomics and the result is deterministic; given the residual stream, it also adds
 the output to it (rounded as torch's `x + moe_out`). fp32 throughout; the output is in x's dtype. Loops over the
 reduction dimension are unrolled; (B) loads every chunk before its first reduction, whose barrier would otherwise
-hold the next chunk's loads back (a DRAM round trip per chunk). Each kernel's body is a tile helper
-(_gate_up_tile, _down_tile) that triton_moe_one_launch's single launch calls too.
+hold the next chunk's loads back (a DRAM round trip per chunk).
 """
 from __future__ import annotations
 
@@ -57,15 +56,6 @@ def _gate_up_kernel(x_ptr, logits_ptr, w_ptr, s_ptr, h_ptr, ids_ptr, E: tl.const
     ids, top = _route(logits_ptr, E, EP, K, KP)
     slots = tl.arange(0, KP)
     tl.store(ids_ptr + slots, ids, mask=(slots < K) & (slot == 0) & (tile == 0))
-    _gate_up_tile(x_ptr, w_ptr, s_ptr, h_ptr, ids, top, slot, tile, KP, H, INTER, BLOCK, BN, BK, NATIVE_FP8)
-
-
-@triton.jit
-def _gate_up_tile(x_ptr, w_ptr, s_ptr, h_ptr, ids, top, slot, tile, KP: tl.constexpr, H: tl.constexpr,
-                  INTER: tl.constexpr, BLOCK: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                  NATIVE_FP8: tl.constexpr):
-    """silu(gate) * up of BN intermediate rows of the slot's expert, times its routing weight, into h[slot]."""
-    slots = tl.arange(0, KP)
     expert = tl.sum(tl.where(slots == slot, ids, 0), axis=0)
     weight = tl.sum(tl.where(slots == slot, top, 0.0), axis=0)
     rows = tile * BN + tl.arange(0, BN)  # a BN-row tile lies inside one FP8 row block
@@ -92,24 +82,11 @@ def _down_kernel(h_ptr, ids_ptr, w_ptr, s_ptr, shared_gate_ptr, shared_up_ptr, s
                  res_ptr, y_ptr, K: tl.constexpr, KP: tl.constexpr, H: tl.constexpr, INTER: tl.constexpr,
                  SHARED: tl.constexpr, BLOCK: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SBK: tl.constexpr,
                  NATIVE_FP8: tl.constexpr, RESIDUAL: tl.constexpr):
-    slots = tl.arange(0, KP)
-    ids = tl.load(ids_ptr + slots, mask=slots < K, other=0)
-    _down_tile(h_ptr, ids, w_ptr, s_ptr, shared_gate_ptr, shared_up_ptr, shared_scale_ptr, shared_down_ptr, res_ptr,
-               y_ptr, h_ptr, 0, tl.program_id(0), K, KP, H, INTER, SHARED, BLOCK, BN, BK, SBK, NATIVE_FP8, RESIDUAL,
-               False)
-
-
-@triton.jit
-def _down_tile(h_ptr, ids, w_ptr, s_ptr, shared_gate_ptr, shared_up_ptr, shared_scale_ptr, shared_down_ptr, res_ptr,
-               y_ptr, ready_ptr, writers, tile, K: tl.constexpr, KP: tl.constexpr, H: tl.constexpr,
-               INTER: tl.constexpr, SHARED: tl.constexpr, BLOCK: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-               SBK: tl.constexpr, NATIVE_FP8: tl.constexpr, RESIDUAL: tl.constexpr, WAIT: tl.constexpr):
-    """BN output rows: the k routed down projections of h plus the gated shared expert (and the residual). With
-    WAIT, h is being written by other programs of the same launch: every weight load is issued first, then the
-    program waits until the int32 at ready_ptr counts `writers` finished h tiles, and reads h past L1."""
+    tile = tl.program_id(0)
     rows = tile * BN + tl.arange(0, BN)  # inside one FP8 row block
     slots = tl.arange(0, KP)
     used = slots < K
+    ids = tl.load(ids_ptr + slots, mask=used, other=0)
     # every chunk's loads before the first reduction, whose barrier would hold the next chunk's back: first the
     # shared expert's (they need no expert ids), then the routed experts'
     shared_gates, shared_ups, shared_tiles = (), (), ()
@@ -126,24 +103,9 @@ def _down_tile(h_ptr, ids, w_ptr, s_ptr, shared_gate_ptr, shared_up_ptr, shared_
     hs, tile_s, tiles = (), (), ()
     for c in tl.static_range(INTER // BK):  # (BN, KP, BK) tiles inside one FP8 column block; slots over warps
         j = c * BK + tl.arange(0, BK)
-        if not WAIT:  # h is the previous kernel's output: read beside the weights
-            hs = hs + (tl.load(h_ptr + slots[:, None] * INTER + j[None, :], mask=used[:, None], other=0.0),)
+        hs = hs + (tl.load(h_ptr + slots[:, None] * INTER + j[None, :], mask=used[:, None], other=0.0),)
         tile_s = tile_s + (tl.load(scales + c * BK // BLOCK),)
         tiles = tiles + (tl.load(w[None, :, None] + rows[:, None, None] * INTER + j[None, None, :]),)
-    if WAIT:
-        # polled by plain loads: an atomic per poll from every waiting program would queue the writers' own
-        # counts behind the polls on the one address (0.83x the two kernels on the H100, session 31)
-        done = tl.load(ready_ptr, volatile=True)
-        while done < writers:
-            done = tl.load(ready_ptr, volatile=True)
-        if NATIVE_FP8:  # compiled: the fence makes the last poll an acquire (the interpreter runs programs in order)
-            tl.inline_asm_elementwise("fence.acq_rel.gpu; mov.u32 $0, 0;", "=r", [], dtype=tl.int32, is_pure=False,
-                                      pack=1)
-        tl.debug_barrier()  # no thread reads h before the count is seen
-        for c in tl.static_range(INTER // BK):
-            j = c * BK + tl.arange(0, BK)
-            hs = hs + (tl.load(h_ptr + slots[:, None] * INTER + j[None, :], mask=used[:, None], other=0.0,
-                               cache_modifier=".cg"),)
     shared = tl.zeros((BN,), tl.float32)
     for c in tl.static_range(SHARED // SBK):
         g = shared_gates[c].to(tl.float32)
