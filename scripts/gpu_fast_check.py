@@ -312,28 +312,40 @@ def expert_counts(engine) -> torch.Tensor | None:
 
 
 def time_streams(engines: list[tuple[Report, object]], config, frames: int, trials: int,
-                 overlaps: tuple[int | None, ...] = (None,)) -> None:
+                 overlaps: tuple[int | None, ...] = (None,), after_previous: bool = False) -> None:
     """Each prompt's prefill and streamed trials on every engine, interleaved: trial t runs the engines in an order
     rotated by t, so no engine always goes first. An engine whose stream fails gets the error and leaves. Per
-    codec overlap (None: each chunk re-decodes the whole history), the prompts again, named "<prompt>/overlap<n>"."""
+    codec overlap (None: each chunk re-decodes the whole history), the prompts again, named "<prompt>/overlap<n>".
+    A timed prefill or stream follows the same prompt's, the best case of an in-run prefix cache (voice repeats its
+    reference rows); with after_previous, an untimed prefill of the previous prompt in the list comes first, as in
+    the evaluator's rotation."""
     timed = list(engines)
-    streams = [(name if overlap is None else f"{name}/overlap{overlap}", request,
-                StreamSchedule(first_chunk_frames=1, overlap_frames=overlap))
-               for overlap in overlaps for name, request in bench_requests(config, frames).items()]
-    for name, request, schedule in streams:
+    requests = bench_requests(config, frames)
+    names = list(requests)
+    streams = [(name if overlap is None else f"{name}/overlap{overlap}", requests[name],
+                StreamSchedule(first_chunk_frames=1, overlap_frames=overlap),
+                requests[names[i - 1]] if after_previous else None)
+               for overlap in overlaps for i, name in enumerate(names)]
+    for name, request, schedule, previous in streams:
         prefills: dict[str, list[float]] = {r.engine: [] for r, _ in timed}
         prefill_gb: dict[str, float] = {}
         results: dict[str, list] = {r.engine: [] for r, _ in timed}
+
+        def follow(engine) -> None:
+            if previous is not None:
+                engine.prefill(build_rows(config, previous, engine.tokenizer).to(engine.device), SamplingParams(), 0)
 
         def trial(report: Report, engine, warm_up: bool) -> None:
             try:
                 if not warm_up:
                     rows = build_rows(config, request, engine.tokenizer).to(engine.device)
+                    follow(engine)
                     before = expert_counts(engine)
                     prefills[report.engine].append(wall_ms(lambda: engine.prefill(rows, SamplingParams(), 0), 1))
                     if before is not None:
                         read = int((expert_counts(engine) != before).sum())
                         prefill_gb[report.engine] = prefill_bytes(config, read, default_dtype(config).itemsize) / 1e9
+                follow(engine)
                 result = measure_trial(engine, request, schedule)
                 if not warm_up:
                     results[report.engine].append(result)
@@ -516,6 +528,9 @@ def main() -> None:
     parser.add_argument("--overlap-frames", default="none",
                         help="codec left context of the streams' later chunks, comma-separated, each timed: 'none' "
                              "(the whole history, as the targets' default) or frames (SGLang-Omni: 32)")
+    parser.add_argument("--after-previous", action="store_true",
+                        help="time each prompt after the previous prompt's prefill (the evaluator's rotation), not "
+                             "after its own: an in-run prefix cache then reuses only what the two prompts share")
     parser.add_argument("--reference-frames", type=int, default=16, help="the eager reference is slow: fewer frames")
     parser.add_argument("--budget-s", type=float, default=330,
                         help="start no engine after the first one once this many seconds have passed since the "
@@ -602,7 +617,7 @@ def main() -> None:
         print_table(reports[-1:])
     print(f"--- streams of {', '.join(r.engine for r, _ in alive)}, interleaved "
           f"({time.perf_counter() - started:.0f} s)", flush=True)
-    time_streams(alive, config, args.frames, args.trials, overlaps)
+    time_streams(alive, config, args.frames, args.trials, overlaps, args.after_previous)
     alive.clear()
     release()
     print_table(reports)

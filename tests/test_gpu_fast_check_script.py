@@ -8,13 +8,19 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import torch
 
 from candidates import EngineRepo
 from candidates.repo import engine_files
 from knowledge_base import REFERENCE_ID, EngineKey, Figures, KeptEngine, KnowledgeStore
 from knowledge_base.transforms import TRANSFORMS
+from reference_runtime.bench import bench_requests
+from reference_runtime.config import get_config
+from reference_runtime.prompt import build_rows
+from reference_runtime.tokenizer import load_tokenizer
 from tests.kb.test_kb_store import _candidate, _lesson, _run, _verdict
 
 REPO = Path(__file__).resolve().parents[1]
@@ -109,3 +115,44 @@ def test_no_reference_times_the_kept_engine_without_a_gate(tmp_path):
     assert reports[0]["decode_tb_per_s"] == pytest.approx(reports[0]["frame_gb"] / reports[0]["decode_ms_events"])
     assert "GB a frame:" in done.stdout and "beyond decode" in done.stdout
     assert all(p["beyond_decode_ms"] is not None for p in reports[0]["prompts"].values())
+
+
+class _Recorder:
+    """An engine that only records which prompt (by its row count) each prefill took."""
+
+    device = torch.device("cpu")
+
+    def __init__(self, tokenizer, log: list[tuple[str, int]]):
+        self.tokenizer, self.log = tokenizer, log
+
+    def prefill(self, rows, sampling, seed):
+        self.log.append(("prefill", rows.shape[0]))
+
+
+@pytest.mark.parametrize("after_previous", [False, True])
+def test_each_timed_prompt_follows_itself_or_the_previous_prompt(monkeypatch, after_previous):
+    """What an in-run prefix cache holds when a prompt is timed: by default the same prompt's rows (its best case);
+    with --after-previous the previous prompt's, as in the evaluator's rotation."""
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    fast_check = importlib.import_module("gpu_fast_check")
+    config = get_config("drama3-tiny")
+    tokenizer = load_tokenizer(config)
+    rows = {name: build_rows(config, r, tokenizer).shape[0] for name, r in bench_requests(config, 2).items()}
+    assert len(set(rows.values())) == len(rows)  # a prompt is known by its row count
+    log: list[tuple[str, int]] = []
+
+    def stream(engine, request, schedule):
+        log.append(("stream", build_rows(config, request, tokenizer).shape[0]))
+        return SimpleNamespace(ttfa_ms=1.0, frames_per_s=1.0, rtf=1.0, total_s=1.0, num_frames=2)
+
+    monkeypatch.setattr(fast_check, "measure_trial", stream)
+    report = fast_check.Report("recorder", [])
+    fast_check.time_streams([(report, _Recorder(tokenizer, log))], config, 2, 2, after_previous=after_previous)
+    assert report.error is None and sorted(report.prompts) == sorted(rows)
+    names, expected = list(rows), []
+    for i, name in enumerate(names):
+        first = [("prefill", rows[names[i - 1]])] if after_previous else []
+        expected += [*first, ("stream", rows[name])]  # the warm-up
+        for _ in range(2):  # each timed trial: its prefill, then its stream
+            expected += [*first, ("prefill", rows[name]), *first, ("stream", rows[name])]
+    assert log == expected
