@@ -331,21 +331,23 @@ def time_streams(engines: list[tuple[Report, object]], config, frames: int, tria
         prefill_gb: dict[str, float] = {}
         results: dict[str, list] = {r.engine: [] for r, _ in timed}
 
-        def follow(engine) -> None:
-            if previous is not None:
-                engine.prefill(build_rows(config, previous, engine.tokenizer).to(engine.device), SamplingParams(), 0)
-
         def trial(report: Report, engine, warm_up: bool) -> None:
             try:
+                ahead = None if previous is None else build_rows(config, previous, engine.tokenizer).to(engine.device)
+
+                def follow() -> None:
+                    if ahead is not None:
+                        engine.prefill(ahead, SamplingParams(), 0)
+
                 if not warm_up:
                     rows = build_rows(config, request, engine.tokenizer).to(engine.device)
-                    follow(engine)
+                    follow()
                     before = expert_counts(engine)
                     prefills[report.engine].append(wall_ms(lambda: engine.prefill(rows, SamplingParams(), 0), 1))
                     if before is not None:
                         read = int((expert_counts(engine) != before).sum())
                         prefill_gb[report.engine] = prefill_bytes(config, read, default_dtype(config).itemsize) / 1e9
-                follow(engine)
+                follow()
                 result = measure_trial(engine, request, schedule)
                 if not warm_up:
                     results[report.engine].append(result)
