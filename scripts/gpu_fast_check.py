@@ -412,31 +412,48 @@ def graph_stages(report: Report, pkg, engine, config) -> None:
     s["tower_lm_head"] = s["predict"] - s["sampling"]
 
 
-def profiled(fn: Callable[[], object], repeats: int, top: int = 12) -> list[tuple[str, float, float]]:
-    """fn under the profiler: ("(all kernels)", device ms, launches) per call, then the costliest kernels."""
+def profiled(fn: Callable[[], object], repeats: int, top: int = 12,
+             before: Callable[[], object] | None = None) -> list[tuple[str, float, float]]:
+    """fn under the profiler: ("(all kernels)", device ms, launches) per call, then the costliest kernels. `before`
+    runs ahead of each call, unprofiled (the state a call should find, e.g. another prompt's prefill)."""
     from torch.profiler import ProfilerActivity, profile
 
-    fn()  # warm
-    sync()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(repeats):
-            fn()
+    totals: dict[str, list[float]] = {}
+    for call in range(repeats + 1):  # the first call warms
+        if before is not None:
+            before()
         sync()
-    rows = [(e.key, e.device_time_total / 1e3 / repeats, e.count / repeats) for e in prof.key_averages()
-            if e.device_time_total > 0]
+        # CPU only on a dry run, where no call has device time and the rows stay empty
+        with profile(activities=[ProfilerActivity.CUDA if torch.cuda.is_available() else ProfilerActivity.CPU]) as prof:
+            fn()
+            sync()
+        if call == 0:
+            continue
+        for e in prof.key_averages():
+            if e.device_time_total > 0:
+                total = totals.setdefault(e.key, [0.0, 0.0])
+                total[0] += e.device_time_total
+                total[1] += e.count
+    rows = [(key, t / 1e3 / repeats, n / repeats) for key, (t, n) in totals.items()]
     rows.sort(key=lambda r: -r[1])
     return [("(all kernels)", sum(r[1] for r in rows), sum(r[2] for r in rows))] + rows[:top]
 
 
-def kernel_profile(report: Report, engine, config, frames: int = 4) -> None:
+def kernel_profile(report: Report, engine, config, frames: int = 4, after_previous: bool = False) -> None:
     """The decode frame run eagerly (same kernels as its graph, launched one by one) and the voice and hello
     prompts' prefills, under the profiler: device time and launches per call of the costliest kernels, and their
-    total (for a prefill, set against its wall time: the gap is host overhead)."""
+    total (for a prefill, set against its wall time: the gap is host overhead). With after_previous, each prefill
+    follows the previous benchmark prompt's, as time_streams times it."""
     sampling = SamplingParams()
+    requests = bench_requests(config, 1)
+    names = list(requests)
     for prompt in ("voice", "hello"):  # hello last: the decode below continues its prefill
-        rows = build_rows(config, bench_requests(config, 1)[prompt], engine.tokenizer).to(engine.device)
+        rows = build_rows(config, requests[prompt], engine.tokenizer).to(engine.device)
+        previous = build_rows(config, requests[names[names.index(prompt) - 1]], engine.tokenizer).to(engine.device)
         # 40 rows: thousands of small kernels share the prefill's time, the GEMMs and delta rule only 17 of 27 ms
-        report.prefill_kernels[prompt] = profiled(lambda rows=rows: engine.prefill(rows, sampling, 0), 2, top=40)
+        report.prefill_kernels[prompt] = profiled(
+            lambda rows=rows: engine.prefill(rows, sampling, 0), 2, top=40,
+            before=(lambda rows=previous: engine.prefill(rows, sampling, 0)) if after_previous else None)
     span = engine._span(engine._rows + 2 * frames)
     with torch.inference_mode():
         report.kernels = profiled(lambda: engine.program.run("frame", span, sampling), frames)
@@ -462,7 +479,7 @@ def run_engine(name: str, described: list[str], files: dict[str, str], root: Pat
         codec_stages(report, engine, config)
         if hasattr(engine, "program") and engine.device.type == "cuda" and not args.no_profile:
             graph_stages(report, pkg, engine, config)
-            kernel_profile(report, engine, config)
+            kernel_profile(report, engine, config, after_previous=args.after_previous)
         if torch.cuda.is_available():  # the shared weights plus this engine's own peak, not the engines alive before
             report.peak_gib = (torch.cuda.max_memory_allocated() - before + weight_bytes(weights)) / 2**30
     except Exception as e:  # noqa: BLE001 - one engine's failure must not stop the others
@@ -531,8 +548,9 @@ def main() -> None:
                         help="codec left context of the streams' later chunks, comma-separated, each timed: 'none' "
                              "(the whole history, as the targets' default) or frames (SGLang-Omni: 32)")
     parser.add_argument("--after-previous", action="store_true",
-                        help="time each prompt after the previous prompt's prefill (the evaluator's rotation), not "
-                             "after its own: an in-run prefix cache then reuses only what the two prompts share")
+                        help="time (and profile) each prompt after the previous prompt's prefill (the evaluator's "
+                             "rotation), not after its own: an in-run prefix cache then reuses only what the two "
+                             "prompts share")
     parser.add_argument("--reference-frames", type=int, default=16, help="the eager reference is slow: fewer frames")
     parser.add_argument("--budget-s", type=float, default=330,
                         help="start no engine after the first one once this many seconds have passed since the "

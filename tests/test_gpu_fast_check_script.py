@@ -128,6 +128,16 @@ class _Recorder:
     def prefill(self, rows, sampling, seed):
         self.log.append(("prefill", rows.shape[0]))
 
+    # the decode frame that kernel_profile profiles after the prefills
+    _rows = 0
+
+    def _span(self, rows):
+        return rows
+
+    @property
+    def program(self):
+        return SimpleNamespace(run=lambda stage, span, sampling: self.log.append((stage, span)))
+
 
 @pytest.mark.parametrize("after_previous", [False, True])
 def test_each_timed_prompt_follows_itself_or_the_previous_prompt(monkeypatch, after_previous):
@@ -156,3 +166,22 @@ def test_each_timed_prompt_follows_itself_or_the_previous_prompt(monkeypatch, af
         for _ in range(2):  # each timed trial: its prefill, then its stream
             expected += [*first, ("prefill", rows[name]), *first, ("stream", rows[name])]
     assert log == expected
+
+
+@pytest.mark.parametrize("after_previous", [False, True])
+def test_the_prefill_profiles_follow_the_prompt_the_timings_follow(monkeypatch, after_previous):
+    """The per-kernel breakdown of a prefill is of the same case as its timings: with --after-previous each profiled
+    prefill (the warm one included) follows the previous prompt's, unprofiled; by default it follows its own."""
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    fast_check = importlib.import_module("gpu_fast_check")
+    config = get_config("drama3-tiny")
+    tokenizer = load_tokenizer(config)
+    rows = {name: build_rows(config, r, tokenizer).shape[0] for name, r in bench_requests(config, 1).items()}
+    log: list[tuple[str, int]] = []
+    fast_check.kernel_profile(fast_check.Report("recorder", []), _Recorder(tokenizer, log), config, frames=2,
+                              after_previous=after_previous)
+    expected = []
+    for prompt, previous in (("voice", "sentences"), ("hello", "voice")):
+        first = [("prefill", rows[previous])] if after_previous else []
+        expected += [*first, ("prefill", rows[prompt])] * 3  # the warm call, then 2 profiled
+    assert log == expected + [("frame", 4)] * 3
