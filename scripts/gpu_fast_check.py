@@ -311,21 +311,29 @@ def expert_counts(engine) -> torch.Tensor | None:
     return None if backbone is None or not hasattr(backbone, "expert_counts") else backbone.expert_counts().clone()
 
 
+FOLLOWS = ("self", "previous")  # what a timed prefill follows: the same prompt's prefill, or the previous prompt's
+
+
+def follow_label(prompt: str, follow: str) -> str:
+    """A prompt's name in the report: bare when it follows itself, else marked as following the previous prompt."""
+    return prompt if follow == "self" else f"{prompt}/after-previous"
+
+
 def time_streams(engines: list[tuple[Report, object]], config, frames: int, trials: int,
-                 overlaps: tuple[int | None, ...] = (None,), after_previous: bool = False) -> None:
+                 overlaps: tuple[int | None, ...] = (None,), follows: tuple[str, ...] = ("self",)) -> None:
     """Each prompt's prefill and streamed trials on every engine, interleaved: trial t runs the engines in an order
     rotated by t, so no engine always goes first. An engine whose stream fails gets the error and leaves. Per
     codec overlap (None: each chunk re-decodes the whole history), the prompts again, named "<prompt>/overlap<n>".
-    A timed prefill or stream follows the same prompt's, the best case of an in-run prefix cache (voice repeats its
-    reference rows); with after_previous, an untimed prefill of the previous prompt in the list comes first, as in
-    the evaluator's rotation."""
+    Per follow: "self", a timed prefill or stream follows the same prompt's, the best case of an in-run prefix cache
+    (voice repeats its reference rows); "previous" (the prompt's name then ends in "/after-previous"), an untimed
+    prefill of the previous prompt in the list comes first, as in the evaluator's rotation."""
     timed = list(engines)
     requests = bench_requests(config, frames)
     names = list(requests)
-    streams = [(name if overlap is None else f"{name}/overlap{overlap}", requests[name],
+    streams = [(follow_label(name if overlap is None else f"{name}/overlap{overlap}", follow), requests[name],
                 StreamSchedule(first_chunk_frames=1, overlap_frames=overlap),
-                requests[names[i - 1]] if after_previous else None)
-               for overlap in overlaps for i, name in enumerate(names)]
+                requests[names[i - 1]] if follow == "previous" else None)
+               for follow in follows for overlap in overlaps for i, name in enumerate(names)]
     for name, request, schedule, previous in streams:
         prefills: dict[str, list[float]] = {r.engine: [] for r, _ in timed}
         prefill_gb: dict[str, float] = {}
@@ -439,21 +447,22 @@ def profiled(fn: Callable[[], object], repeats: int, top: int = 12,
     return [("(all kernels)", sum(r[1] for r in rows), sum(r[2] for r in rows))] + rows[:top]
 
 
-def kernel_profile(report: Report, engine, config, frames: int = 4, after_previous: bool = False) -> None:
+def kernel_profile(report: Report, engine, config, frames: int = 4, follows: tuple[str, ...] = ("self",)) -> None:
     """The decode frame run eagerly (same kernels as its graph, launched one by one) and the voice and hello
     prompts' prefills, under the profiler: device time and launches per call of the costliest kernels, and their
-    total (for a prefill, set against its wall time: the gap is host overhead). With after_previous, each prefill
-    follows the previous benchmark prompt's, as time_streams times it."""
+    total (for a prefill, set against its wall time: the gap is host overhead). Each prefill follows what
+    time_streams's follows make it follow: its own prompt's, or the previous benchmark prompt's."""
     sampling = SamplingParams()
     requests = bench_requests(config, 1)
     names = list(requests)
-    for prompt in ("voice", "hello"):  # hello last: the decode below continues its prefill
-        rows = build_rows(config, requests[prompt], engine.tokenizer).to(engine.device)
-        previous = build_rows(config, requests[names[names.index(prompt) - 1]], engine.tokenizer).to(engine.device)
-        # 40 rows: thousands of small kernels share the prefill's time, the GEMMs and delta rule only 17 of 27 ms
-        report.prefill_kernels[prompt] = profiled(
-            lambda rows=rows: engine.prefill(rows, sampling, 0), 2, top=40,
-            before=(lambda rows=previous: engine.prefill(rows, sampling, 0)) if after_previous else None)
+    for follow in follows:
+        for prompt in ("voice", "hello"):  # hello last: the decode below continues its prefill
+            rows = build_rows(config, requests[prompt], engine.tokenizer).to(engine.device)
+            previous = build_rows(config, requests[names[names.index(prompt) - 1]], engine.tokenizer).to(engine.device)
+            # 40 rows: thousands of small kernels share the prefill's time, the GEMMs and delta rule only 17 of 27 ms
+            report.prefill_kernels[follow_label(prompt, follow)] = profiled(
+                lambda rows=rows: engine.prefill(rows, sampling, 0), 2, top=40,
+                before=(lambda rows=previous: engine.prefill(rows, sampling, 0)) if follow == "previous" else None)
     span = engine._span(engine._rows + 2 * frames)
     with torch.inference_mode():
         report.kernels = profiled(lambda: engine.program.run("frame", span, sampling), frames)
@@ -479,7 +488,7 @@ def run_engine(name: str, described: list[str], files: dict[str, str], root: Pat
         codec_stages(report, engine, config)
         if hasattr(engine, "program") and engine.device.type == "cuda" and not args.no_profile:
             graph_stages(report, pkg, engine, config)
-            kernel_profile(report, engine, config, after_previous=args.after_previous)
+            kernel_profile(report, engine, config, follows=args.follow)
         if torch.cuda.is_available():  # the shared weights plus this engine's own peak, not the engines alive before
             report.peak_gib = (torch.cuda.max_memory_allocated() - before + weight_bytes(weights)) / 2**30
     except Exception as e:  # noqa: BLE001 - one engine's failure must not stop the others
@@ -537,6 +546,13 @@ def print_table(reports: list[Report]) -> None:
             print(f"    ERROR: {r.error}")
 
 
+def follows_arg(text: str) -> tuple[str, ...]:
+    follows = tuple(f for f in text.split(",") if f)
+    if not follows or any(f not in FOLLOWS for f in follows):
+        raise argparse.ArgumentTypeError(f"takes {' and/or '.join(FOLLOWS)}, comma-separated, got {text!r}")
+    return follows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="JSON results path")
@@ -547,10 +563,11 @@ def main() -> None:
     parser.add_argument("--overlap-frames", default="none",
                         help="codec left context of the streams' later chunks, comma-separated, each timed: 'none' "
                              "(the whole history, as the targets' default) or frames (SGLang-Omni: 32)")
-    parser.add_argument("--after-previous", action="store_true",
-                        help="time (and profile) each prompt after the previous prompt's prefill (the evaluator's "
-                             "rotation), not after its own: an in-run prefix cache then reuses only what the two "
-                             "prompts share")
+    parser.add_argument("--follow", default="self", type=follows_arg,
+                        help="what each timed (and profiled) prefill follows, comma-separated, each timed: 'self' "
+                             "(the same prompt's prefill: an in-run prefix cache's best case) or 'previous' (the "
+                             "previous prompt's, as in the evaluator's rotation: a prefix cache then reuses only "
+                             "what the two share; such prompts' names end in /after-previous)")
     parser.add_argument("--reference-frames", type=int, default=16, help="the eager reference is slow: fewer frames")
     parser.add_argument("--budget-s", type=float, default=330,
                         help="start no engine after the first one once this many seconds have passed since the "
@@ -637,7 +654,7 @@ def main() -> None:
         print_table(reports[-1:])
     print(f"--- streams of {', '.join(r.engine for r, _ in alive)}, interleaved "
           f"({time.perf_counter() - started:.0f} s)", flush=True)
-    time_streams(alive, config, args.frames, args.trials, overlaps, args.after_previous)
+    time_streams(alive, config, args.frames, args.trials, overlaps, args.follow)
     alive.clear()
     release()
     print_table(reports)

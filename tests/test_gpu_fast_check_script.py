@@ -139,10 +139,11 @@ class _Recorder:
         return SimpleNamespace(run=lambda stage, span, sampling: self.log.append((stage, span)))
 
 
-@pytest.mark.parametrize("after_previous", [False, True])
-def test_each_timed_prompt_follows_itself_or_the_previous_prompt(monkeypatch, after_previous):
+@pytest.mark.parametrize("follows", [("self",), ("previous",), ("self", "previous")])
+def test_each_timed_prompt_follows_itself_or_the_previous_prompt(monkeypatch, follows):
     """What an in-run prefix cache holds when a prompt is timed: by default the same prompt's rows (its best case);
-    with --after-previous the previous prompt's, as in the evaluator's rotation."""
+    with --follow previous the previous prompt's, as in the evaluator's rotation; with both, each case is timed
+    under its own name."""
     monkeypatch.syspath_prepend(str(SCRIPT.parent))
     fast_check = importlib.import_module("gpu_fast_check")
     config = get_config("drama3-tiny")
@@ -157,31 +158,42 @@ def test_each_timed_prompt_follows_itself_or_the_previous_prompt(monkeypatch, af
 
     monkeypatch.setattr(fast_check, "measure_trial", stream)
     report = fast_check.Report("recorder", [])
-    fast_check.time_streams([(report, _Recorder(tokenizer, log))], config, 2, 2, after_previous=after_previous)
-    assert report.error is None and sorted(report.prompts) == sorted(rows)
+    fast_check.time_streams([(report, _Recorder(tokenizer, log))], config, 2, 2, follows=follows)
     names, expected = list(rows), []
-    for i, name in enumerate(names):
-        first = [("prefill", rows[names[i - 1]])] if after_previous else []
-        expected += [*first, ("stream", rows[name])]  # the warm-up
-        for _ in range(2):  # each timed trial: its prefill, then its stream
-            expected += [*first, ("prefill", rows[name]), *first, ("stream", rows[name])]
+    assert report.error is None and sorted(report.prompts) == sorted(
+        name if follow == "self" else f"{name}/after-previous" for follow in follows for name in names)
+    for follow in follows:
+        for i, name in enumerate(names):
+            first = [("prefill", rows[names[i - 1]])] if follow == "previous" else []
+            expected += [*first, ("stream", rows[name])]  # the warm-up
+            for _ in range(2):  # each timed trial: its prefill, then its stream
+                expected += [*first, ("prefill", rows[name]), *first, ("stream", rows[name])]
     assert log == expected
 
 
-@pytest.mark.parametrize("after_previous", [False, True])
-def test_the_prefill_profiles_follow_the_prompt_the_timings_follow(monkeypatch, after_previous):
-    """The per-kernel breakdown of a prefill is of the same case as its timings: with --after-previous each profiled
-    prefill (the warm one included) follows the previous prompt's, unprofiled; by default it follows its own."""
+@pytest.mark.parametrize("follows", [("self",), ("previous",), ("self", "previous")])
+def test_the_prefill_profiles_follow_the_prompt_the_timings_follow(monkeypatch, follows):
+    """The per-kernel breakdown of a prefill is of the same case as its timings: following the previous prompt,
+    each profiled prefill (the warm one included) comes after that prompt's, unprofiled."""
     monkeypatch.syspath_prepend(str(SCRIPT.parent))
     fast_check = importlib.import_module("gpu_fast_check")
     config = get_config("drama3-tiny")
     tokenizer = load_tokenizer(config)
     rows = {name: build_rows(config, r, tokenizer).shape[0] for name, r in bench_requests(config, 1).items()}
     log: list[tuple[str, int]] = []
-    fast_check.kernel_profile(fast_check.Report("recorder", []), _Recorder(tokenizer, log), config, frames=2,
-                              after_previous=after_previous)
+    report = fast_check.Report("recorder", [])
+    fast_check.kernel_profile(report, _Recorder(tokenizer, log), config, frames=2, follows=follows)
     expected = []
-    for prompt, previous in (("voice", "sentences"), ("hello", "voice")):
-        first = [("prefill", rows[previous])] if after_previous else []
-        expected += [*first, ("prefill", rows[prompt])] * 3  # the warm call, then 2 profiled
+    for follow in follows:
+        for prompt, previous in (("voice", "sentences"), ("hello", "voice")):
+            first = [("prefill", rows[previous])] if follow == "previous" else []
+            expected += [*first, ("prefill", rows[prompt])] * 3  # the warm call, then 2 profiled
     assert log == expected + [("frame", 4)] * 3
+    assert sorted(report.prefill_kernels) == sorted(fast_check.follow_label(prompt, follow)
+                                                    for follow in follows for prompt in ("voice", "hello"))
+
+
+def test_follow_takes_self_and_previous_only():
+    done = subprocess.run([sys.executable, str(SCRIPT), "--out", "x.json", "--follow", "self,next"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2 and "takes self and/or previous" in done.stderr
