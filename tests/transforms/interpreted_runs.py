@@ -1,8 +1,9 @@
 """The interpret_*.py scripts' runs for test_triton_interpreter.py, started when collection ends (conftest.py) and
 run in the background while the rest of the session goes on: they are ~40% of the suite's CPU time (~600 of 1400
 core-s on a 2-core machine) while the other tests keep about one core busy (torch at one thread), so they take what
-the others leave (the suite 1010 -> 909 s there). Each run is niced to the lowest priority, so a timing test beside
-it keeps its core.
+the others leave (the suite 1010 -> 909 s there). Each run is niced to the lowest priority, its session's scheduler
+group too (_NICE_SESSION: the process's nice alone left the runs an equal share), so a timing test beside it keeps
+its core (the suite 966 -> 709-745 s on a 2-core machine).
 
 A run is the script under the Triton interpreter in a subprocess with TRITON_INTERPRET=1 (triton reads the flag
 when it is imported, so it cannot be switched on inside a session that may already have imported triton, and must
