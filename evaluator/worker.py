@@ -15,11 +15,10 @@ import traceback
 from collections.abc import Callable
 
 import torch
-from torch.autograd import DeviceType
 
 from .channel import DEVICE_OOM_FIX, ChannelClosed, WorkerChannel, WorkerInit, cuda_failure
 from .confine import confine
-from .verdict import PROFILE_NAME_CHARS, PROFILE_ROWS
+from .profile_summary import profile_summary
 
 ENGINE_METHODS = ("prefill", "decode_frame", "decode_audio", "generate", "stream")
 
@@ -138,25 +137,9 @@ class Server:
             _synchronize(self.devices)
         if frames < 1:
             raise ValueError("the profiled stream produced no frames")
-        self.channel.send({"kind": "profile", "profile": _profile_summary(prof.key_averages(), cuda, frames)})
-
-
-def _profile_summary(events, cuda: bool, frames: int) -> dict:
-    """Per-frame self times (so nested ops are not counted twice) of the top entries, and of all of them.
-    Range annotations (record_function) are left out: on CUDA they span kernels already counted."""
-    if cuda:
-        entries = [e for e in events if e.device_type == DeviceType.CUDA and not e.is_user_annotation]
-        self_us = [e.self_device_time_total for e in entries]
-    else:
-        entries = [e for e in events if not e.is_user_annotation]
-        self_us = [e.self_cpu_time_total for e in entries]
-    ranked = sorted(zip(self_us, entries), key=lambda x: x[0], reverse=True)
-    rows = [{"name": e.key.replace("\n", " ").replace("\r", " ")[:PROFILE_NAME_CHARS],
-             "ms_per_frame": us / 1e3 / frames, "calls_per_frame": e.count / frames}
-            for us, e in ranked[:PROFILE_ROWS]]
-    return {"source": "cuda" if cuda else "cpu", "frames": frames, "rows": rows,
-            "total_ms_per_frame": sum(self_us) / 1e3 / frames,
-            "total_calls_per_frame": sum(e.count for e in entries) / frames}
+        # the raw events: key_averages() would first build an object per event, 10x the stream on a CPU engine
+        summary = profile_summary(prof.profiler.kineto_results.events(), cuda, frames)
+        self.channel.send({"kind": "profile", "profile": summary})
 
 
 def _synchronize(devices: tuple[torch.device, ...]) -> None:
