@@ -65,17 +65,22 @@ def _device_spans(events: Iterable) -> list[_Span]:
             for e in events if e.device_type() == DeviceType.CUDA and e.name() not in _NOT_OPS]
 
 
-def profile_summary(events: Iterable, cuda: bool, frames: int) -> dict:
-    """The Profile reply (verdict.Profile's fields) of a stream of `frames` frames from the profiler's raw events
-    (`prof.profiler.kineto_results.events()`): per-frame self times of the top entries and of all of them. Range
-    annotations (record_function) are left out: their ops are counted on their own."""
-    spans = _device_spans(events) if cuda else _cpu_spans(events)
+def self_times(events: Iterable, cuda: bool) -> dict[str, list[int]]:
+    """Name -> [self ns, calls] over the profiler's raw events: the GPU's kernels and copies (cuda), else the host's
+    ops; range annotations (record_function) are left out, their ops counted on their own."""
     totals: dict[str, list[int]] = {}
-    for span in spans:
+    for span in _device_spans(events) if cuda else _cpu_spans(events):
         if not span.annotation:
             total = totals.setdefault(span.name, [0, 0])
             total[0] += span.self_ns
             total[1] += span.call
+    return totals
+
+
+def profile_summary(events: Iterable, cuda: bool, frames: int) -> dict:
+    """The Profile reply (verdict.Profile's fields) of a stream of `frames` frames from the profiler's raw events
+    (`prof.profiler.kineto_results.events()`): per-frame self times of the top entries and of all of them."""
+    totals = self_times(events, cuda)
     ranked = sorted(totals.items(), key=lambda item: item[1][0], reverse=True)
     rows = [{"name": name.replace("\n", " ").replace("\r", " ")[:PROFILE_NAME_CHARS],
              "ms_per_frame": ns / 1e6 / frames, "calls_per_frame": calls / frames}

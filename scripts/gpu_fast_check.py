@@ -32,6 +32,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -41,6 +42,7 @@ sys.path.insert(0, str(REPO))
 
 from candidates.repo import EngineRepo, engine_files, write_files
 from evaluator.compare import Logits, check_logits
+from evaluator.profile_summary import self_times
 from knowledge_base import KnowledgeStore
 from knowledge_base.transforms import TRANSFORMS, NotApplicable
 from knowledge_base.transforms.base import literal
@@ -426,23 +428,22 @@ def profiled(fn: Callable[[], object], repeats: int, top: int = 12,
     runs ahead of each call, unprofiled (the state a call should find, e.g. another prompt's prefill)."""
     from torch.profiler import ProfilerActivity, profile
 
-    totals: dict[str, list[float]] = {}
+    totals: dict[str, list[int]] = {}
     for call in range(repeats + 1):  # the first call warms
         if before is not None:
             before()
         sync()
-        # CPU only on a dry run, where no call has device time and the rows stay empty
+        # CPU only on a dry run, where no kernel runs and the rows stay empty
         with profile(activities=[ProfilerActivity.CUDA if torch.cuda.is_available() else ProfilerActivity.CPU]) as prof:
             fn()
             sync()
         if call == 0:
             continue
-        for e in prof.key_averages():
-            if e.device_time_total > 0:
-                total = totals.setdefault(e.key, [0.0, 0.0])
-                total[0] += e.device_time_total
-                total[1] += e.count
-    rows = [(key, t / 1e3 / repeats, n / repeats) for key, (t, n) in totals.items()]
+        for name, (ns, calls) in self_times(prof.profiler.kineto_results.events(), cuda=True).items():
+            total = totals.setdefault(name, [0, 0])
+            total[0] += ns
+            total[1] += calls
+    rows = [(name, ns / 1e6 / repeats, n / repeats) for name, (ns, n) in totals.items()]
     rows.sort(key=lambda r: -r[1])
     return [("(all kernels)", sum(r[1] for r in rows), sum(r[2] for r in rows))] + rows[:top]
 
@@ -458,11 +459,13 @@ def kernel_profile(report: Report, engine, config, frames: int = 4, follows: tup
     for follow in follows:
         for prompt in ("voice", "hello"):  # hello last: the decode below continues its prefill
             rows = build_rows(config, requests[prompt], engine.tokenizer).to(engine.device)
-            previous = build_rows(config, requests[names[names.index(prompt) - 1]], engine.tokenizer).to(engine.device)
+            before = None
+            if follow == "previous":
+                ahead = build_rows(config, requests[names[names.index(prompt) - 1]], engine.tokenizer).to(engine.device)
+                before = partial(engine.prefill, ahead, sampling, 0)
             # 40 rows: thousands of small kernels share the prefill's time, the GEMMs and delta rule only 17 of 27 ms
             report.prefill_kernels[follow_label(prompt, follow)] = profiled(
-                lambda rows=rows: engine.prefill(rows, sampling, 0), 2, top=40,
-                before=(lambda rows=previous: engine.prefill(rows, sampling, 0)) if follow == "previous" else None)
+                lambda rows=rows: engine.prefill(rows, sampling, 0), 2, top=40, before=before)
     span = engine._span(engine._rows + 2 * frames)
     with torch.inference_mode():
         report.kernels = profiled(lambda: engine.program.run("frame", span, sampling), frames)
