@@ -1,5 +1,5 @@
 """The worker's profile summary reads the profiler's raw events: per name, the same self time and call count as
-torch's key_averages(), which it replaces because that builds an object per event (~4 s for a tiny CPU stream)."""
+torch's key_averages(), which it replaces because that builds an object per event (seconds for a tiny CPU stream)."""
 from __future__ import annotations
 
 import threading
