@@ -48,6 +48,7 @@ SHAPES = [
     Shape("out_proj, eh_proj (DeltaNet 30, attention 10, tower 13 + 13)", 2048, 4096, 66),
     Shape("tower MLP down", 2048, 6144, 13),
     Shape("shared expert down", 2048, 512, 40),
+    Shape("MoE front: router | shared gate, up | expert gate", 1288, 2048, 40),
     Shape("tower heads", 4096, 2048, 9),
     Shape("attention q|k|v (backbone 10, tower 13)", 9216, 2048, 23),
     Shape("DeltaNet in_proj q|k|v|z|b|a", 12352, 2048, 30),
@@ -112,7 +113,7 @@ def main() -> None:
             found = [Row(shape.name, prompt, m, lib, None, round(_library(lib, x, weights), 2))
                      for lib in ("default", "cublaslt")]
             for (bm, bn, bk, warps), split, stages in itertools.product(TILES, SPLITS, STAGES):
-                if not gemm.fits(weights[0], split, bn, bk):
+                if not gemm.fits(weights[0], split, bk):
                     continue
                 tiles = {"split": split, "block_m": bm, "block_n": bn, "block_k": bk, "num_warps": warps,
                          "num_stages": stages}

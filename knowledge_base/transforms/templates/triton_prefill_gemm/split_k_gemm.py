@@ -4,6 +4,8 @@ Triton GEMM. At a prompt's 64-224 rows such a GEMM has few output tiles, and cuB
 the whole depth alone (session 33's H100 profile of the voice prefill: 79 launches of 64x64 tiles, 14.6 us each).
 Split in SPLIT slices of the depth, there are SPLIT times as many programs; a second kernel sums the slices' fp32
 partials in slice order (no atomics: every run gives the same bits) and rounds once to the output's dtype.
+Rows and columns past the tiles' last whole one read the last row or column instead of a masked load (which would
+hold back the loads' pipelining); only the stores are masked.
 """
 from __future__ import annotations
 
@@ -18,13 +20,12 @@ def _partial_kernel(x_ptr, w_ptr, out_ptr, M, N: tl.constexpr, K: tl.constexpr, 
     """Program (tile, slice): the (BLOCK_M, BLOCK_N) tile's product over the slice's K / SPLIT inputs, stored as
     fp32 partials (SPLIT, M, N), or with one slice as the output itself."""
     tile, part = tl.program_id(0), tl.program_id(1)
-    tm, tn = tile // (N // BLOCK_N), tile % (N // BLOCK_N)
+    tm, tn = tile // tl.cdiv(N, BLOCK_N), tile % tl.cdiv(N, BLOCK_N)
     rm = tm * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = tn * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = part * (K // SPLIT) + tl.arange(0, BLOCK_K)
-    # rows past M read row M - 1 instead of a masked load, which would hold back the loads' pipelining
     x = x_ptr + tl.minimum(rm, M - 1)[:, None] * stride_x + rk[None, :]
-    w = w_ptr + rn[None, :] * K + rk[:, None]
+    w = w_ptr + tl.minimum(rn, N - 1)[None, :] * K + rk[:, None]
     acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
     for _ in range(0, K // SPLIT, BLOCK_K):
         if IEEE:  # fp32 inputs (the CPU tests: the interpreter multiplies no bf16) in full precision, not TF32
@@ -34,7 +35,7 @@ def _partial_kernel(x_ptr, w_ptr, out_ptr, M, N: tl.constexpr, K: tl.constexpr, 
         x += BLOCK_K
         w += BLOCK_K
     offsets = part * M * N + rm[:, None] * N + rn[None, :]
-    tl.store(out_ptr + offsets, acc.to(out_ptr.dtype.element_ty), mask=rm[:, None] < M)
+    tl.store(out_ptr + offsets, acc.to(out_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
 @triton.jit(do_not_specialize=["total"])
@@ -46,20 +47,19 @@ def _sum_kernel(partials_ptr, out_ptr, total, SPLIT: tl.constexpr, BLOCK: tl.con
     tl.store(out_ptr + i, acc.to(out_ptr.dtype.element_ty), mask=i < total)
 
 
-def fits(w: torch.Tensor, split: int, block_n: int, block_k: int) -> bool:
-    """Whether split_k_linear takes weights of w's shape with these tiles: whole tiles across N and each slice."""
-    n, k = w.shape
-    return n % block_n == 0 and k % (split * block_k) == 0
+def fits(w: torch.Tensor, split: int, block_k: int) -> bool:
+    """Whether split_k_linear takes weights of w's depth in this many slices of whole BLOCK_K steps."""
+    return w.shape[1] % (split * block_k) == 0
 
 
 def split_k_linear(x: torch.Tensor, w: torch.Tensor, split: int, block_m: int, block_n: int, block_k: int,
                    num_warps: int, num_stages: int, sum_block: int = 1024) -> torch.Tensor:
     """x (M, K) @ w (N, K).T -> (M, N) in x's dtype; x's rows may be strided, its columns and w contiguous."""
     (m, k), n = x.shape, w.shape[0]
-    assert w.shape[1] == k and x.stride(1) == 1 and w.is_contiguous() and fits(w, split, block_n, block_k)
+    assert w.shape[1] == k and x.stride(1) == 1 and w.is_contiguous() and fits(w, split, block_k)
     out = x.new_empty((m, n))
     partials = out if split == 1 else torch.empty((split, m, n), dtype=torch.float32, device=x.device)
-    grid = (triton.cdiv(m, block_m) * (n // block_n), split)
+    grid = (triton.cdiv(m, block_m) * triton.cdiv(n, block_n), split)
     _partial_kernel[grid](x, w, partials, m, n, k, x.stride(0), split, block_m, block_n, block_k,
                           x.dtype == torch.float32, num_warps=num_warps, num_stages=num_stages)
     if split > 1:

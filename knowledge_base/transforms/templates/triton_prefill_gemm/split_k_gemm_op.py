@@ -18,7 +18,7 @@ _NAMESPACE = __package__.replace(".", "_")
 def slices(rows: int, n: int, k: int) -> int:
     """The most slices of the depth (a power of two up to MAX_SPLIT, each whole BLOCK_K steps) that keep the
     programs within PROGRAMS: few rows have few output tiles, so they take more slices."""
-    tiles = -(-rows // BLOCK_M) * (n // BLOCK_N)
+    tiles = -(-rows // BLOCK_M) * -(-n // BLOCK_N)
     split = 1
     while split < MAX_SPLIT and tiles * split * 2 <= PROGRAMS and k % (split * 2 * BLOCK_K) == 0:
         split *= 2
@@ -41,8 +41,7 @@ def _(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 def linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """F.linear(x, w) of a 2-D x: the split-K kernel on CUDA (and under TRITON_INTERPRET=1, the CPU tests) where
-    whole tiles cover w, F.linear elsewhere."""
-    if (x.is_cuda or os.environ.get("TRITON_INTERPRET") == "1") and w.is_contiguous() \
-            and w.shape[0] % BLOCK_N == 0 and w.shape[1] % BLOCK_K == 0:
+    whole BLOCK_K steps cover w's depth, F.linear elsewhere."""
+    if (x.is_cuda or os.environ.get("TRITON_INTERPRET") == "1") and w.is_contiguous() and w.shape[1] % BLOCK_K == 0:
         return split_k_linear_op(x, w)
     return F.linear(x, w)
