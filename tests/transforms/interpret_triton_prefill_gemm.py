@@ -14,8 +14,8 @@ import os
 import pytest
 import torch
 import torch.nn.functional as F
-from test_cuda_graphs import CFG, REFERENCE, assert_applies_once_on_top_of, load, transformed
-from torch._dynamo.utils import counters
+from test_cuda_graphs import (CFG, REFERENCE, assert_applies_once_on_top_of, hello_logits_match_recording, load,
+                              transformed)
 
 from candidates.repo import engine_files
 from knowledge_base.transforms.cuda_graph_frame import cuda_graph_frame
@@ -24,11 +24,6 @@ from knowledge_base.transforms.prefill_fused_projections import prefill_fused_pr
 from knowledge_base.transforms.triton_deltanet import triton_deltanet
 from knowledge_base.transforms.triton_prefill_gemm import triton_prefill_gemm
 from knowledge_base.transforms.triton_prefill_moe import triton_prefill_moe
-from reference_runtime.bench import bench_requests
-from reference_runtime.model import build_engine
-from reference_runtime.prompt import build_rows
-from reference_runtime.teacher_forcing import teacher_forced
-from reference_runtime.weights import init_weights
 
 pytest.importorskip("triton")
 assert os.environ.get("TRITON_INTERPRET") == "1", "run through test_triton_interpreter.py (TRITON_INTERPRET=1)"
@@ -88,21 +83,8 @@ def test_fewer_rows_take_more_slices(package):
 
 
 def test_compiled_prefill_keeps_the_reference_logits(package):
-    weights = init_weights(CFG, seed=0, device="cpu")
-    ref, eng = build_engine(CFG, weights, "cpu"), package.build_engine(CFG, weights, "cpu")
-    gemm, calls = importlib.import_module(f"{package.__name__}.split_k_gemm"), []
-    kernel = gemm.split_k_linear
-    gemm.split_k_linear = lambda x, w, split, *tiles: calls.append((x.shape[0], tuple(w.shape), split)) or \
-        kernel(x, w, split, *tiles)
-    try:
-        request = bench_requests(CFG, 2)["hello"]
-        rows, frames = build_rows(CFG, request, ref.tokenizer), ref.generate(request).frames
-        counters.clear()
-        got, want = teacher_forced(eng, rows, frames), teacher_forced(ref, rows, frames)
-    finally:
-        gemm.split_k_linear = kernel
-    torch.testing.assert_close(got.main, want.main, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(got.codes, want.codes, atol=1e-5, rtol=1e-5)
+    calls = hello_logits_match_recording(package, "split_k_gemm", "split_k_linear",
+                                         lambda x, w, split, *tiles: (x.shape[0], tuple(w.shape), split))
     b, t, h = CFG.backbone, CFG.tower, CFG.hidden_size
     # the prompt's 52 rows in their 64-row bucket: every backbone mixer's out_proj; the tower's eh_proj, o_proj and
     # MLP down over the bucket's rows but the last
@@ -112,4 +94,3 @@ def test_compiled_prefill_keeps_the_reference_logits(package):
         [(63, (h, 2 * h), 4), (63, (h, t.num_attention_heads * t.head_dim), 4), (63, (h, t.intermediate_size), 4)] \
         * CFG.num_tower_layers
     assert calls and set(calls) == set(want_calls) and len(calls) % len(want_calls) == 0  # each prefill run
-    assert not counters["graph_break"]
