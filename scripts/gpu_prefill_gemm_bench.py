@@ -49,14 +49,9 @@ SHAPES = [
     Shape("tower MLP down", 2048, 6144, 13),
     Shape("shared expert down", 2048, 512, 40),
     Shape("MoE front: router | shared gate, up | expert gate", 1288, 2048, 40),
-    Shape("tower heads", 4096, 2048, 9),
-    Shape("attention q|k|v (backbone 10, tower 13)", 9216, 2048, 23),
-    Shape("DeltaNet in_proj q|k|v|z|b|a", 12352, 2048, 30),
-    Shape("tower MLP gate|up", 12288, 2048, 13),
 ]
 # (block_m, block_n, block_k, num_warps); each with every split and stage count below
-TILES = [(64, 64, 64, 4), (64, 128, 64, 4), (128, 64, 64, 4), (128, 128, 64, 8), (64, 64, 128, 4),
-         (64, 128, 128, 8), (128, 128, 128, 8)]
+TILES = [(64, 64, 64, 4), (64, 128, 64, 4), (128, 128, 64, 8), (64, 64, 128, 4), (64, 128, 128, 8)]
 SPLITS = (1, 2, 4, 8)
 STAGES = (3, 4)
 

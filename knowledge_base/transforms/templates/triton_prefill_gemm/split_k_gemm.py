@@ -14,8 +14,8 @@ import triton
 import triton.language as tl
 
 
-@triton.jit(do_not_specialize=["M"])
-def _partial_kernel(x_ptr, w_ptr, out_ptr, M, N: tl.constexpr, K: tl.constexpr, stride_x, SPLIT: tl.constexpr,
+@triton.jit(do_not_specialize=["M"])  # N and K as arguments: one compile serves every projection's shape
+def _partial_kernel(x_ptr, w_ptr, out_ptr, M, N, K, stride_x, SPLIT: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, IEEE: tl.constexpr):
     """Program (tile, slice): the (BLOCK_M, BLOCK_N) tile's product over the slice's K / SPLIT inputs, stored as
     fp32 partials (SPLIT, M, N), or with one slice as the output itself."""
