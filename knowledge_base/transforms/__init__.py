@@ -32,7 +32,6 @@ from .triton_fp8_moe import triton_fp8_moe
 from .triton_frame_glue import triton_frame_glue
 from .triton_moe_block import triton_moe_block
 from .triton_moe_fused import triton_moe_fused
-from .triton_prefill_gemm import triton_prefill_gemm
 from .triton_prefill_moe import triton_prefill_moe
 from .triton_prefill_route import triton_prefill_route
 from .triton_sampling import triton_sampling
@@ -47,8 +46,7 @@ ALL: tuple[Transform, ...] = (fp8_dequant_at_build, moe_dispatch, rope_tables, g
                               inductor_codec, triton_prefill_route, prefill_fused_projections, triton_code_heads,
                               triton_frame_glue, pipelined_frames, fused_sdpa, prefill_row_ladder,
                               codec_conv_autotune, codec_channels_last, prefix_moe_cache, triton_deltanet_prep,
-                              prefill_first_frame, triton_deltanet_chunks, codec_upsample_channels_last,
-                              triton_prefill_gemm)
+                              prefill_first_frame, triton_deltanet_chunks, codec_upsample_channels_last)
 TRANSFORMS: dict[str, Transform] = {t.name: t for t in ALL}
 
 __all__ = ["ALL", "TRANSFORMS", "NotApplicable", "Params", "Patch", "Transform"]

@@ -20,7 +20,7 @@ STACK = ["cuda_graph_frame", "triton_fp8_moe", "triton_prefill_moe", "triton_del
          "triton_prefill_route", "triton_tower", "triton_sampling", "triton_backbone_deltanet", "triton_moe_fused",
          "triton_backbone_attention", "triton_moe_block", "triton_code_heads", "triton_frame_glue",
          "pipelined_frames", "prefill_row_ladder", "prefix_moe_cache", "triton_deltanet_prep",
-         "triton_deltanet_chunks", "prefill_fused_projections", "triton_prefill_gemm"]
+         "triton_deltanet_chunks"]
 
 
 def _apply(files: dict[str, str], patches) -> dict[str, str]:

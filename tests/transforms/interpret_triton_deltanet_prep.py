@@ -14,7 +14,8 @@ import os
 
 import pytest
 import torch
-from test_cuda_graphs import CFG, REFERENCE, hello_logits_match_recording, load, transformed
+from test_cuda_graphs import CFG, REFERENCE, load, transformed
+from torch._dynamo.utils import counters
 
 from candidates.repo import engine_files
 from knowledge_base.transforms import NotApplicable
@@ -24,6 +25,11 @@ from knowledge_base.transforms.deltanet import deltanet_conv_unfold
 from knowledge_base.transforms.triton_deltanet import triton_deltanet
 from knowledge_base.transforms.triton_deltanet_prep import triton_deltanet_prep
 from knowledge_base.transforms.triton_prefill_moe import triton_prefill_moe
+from reference_runtime.bench import bench_requests
+from reference_runtime.model import build_engine
+from reference_runtime.prompt import build_rows
+from reference_runtime.teacher_forcing import teacher_forced
+from reference_runtime.weights import init_weights
 
 pytest.importorskip("triton")
 assert os.environ.get("TRITON_INTERPRET") == "1", "run through test_triton_interpreter.py (TRITON_INTERPRET=1)"
@@ -103,5 +109,19 @@ def test_layer_matches_its_torch_path(package, monkeypatch, heads, dtype, T, val
 
 
 def test_compiled_prefill_keeps_the_reference_logits(package):
-    calls = hello_logits_match_recording(package, "deltanet_prep", "deltanet_prep", lambda *args: args[0].shape[0])
+    weights = init_weights(CFG, seed=0, device="cpu")
+    ref, eng = build_engine(CFG, weights, "cpu"), package.build_engine(CFG, weights, "cpu")
+    prep, calls = importlib.import_module(f"{package.__name__}.deltanet_prep"), []
+    kernel = prep.deltanet_prep
+    prep.deltanet_prep = lambda *args: calls.append(args[0].shape[0]) or kernel(*args)
+    try:
+        request = bench_requests(CFG, 2)["hello"]
+        rows, frames = build_rows(CFG, request, ref.tokenizer), ref.generate(request).frames
+        counters.clear()
+        got, want = teacher_forced(eng, rows, frames), teacher_forced(ref, rows, frames)
+    finally:
+        prep.deltanet_prep = kernel
+    torch.testing.assert_close(got.main, want.main, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got.codes, want.codes, atol=1e-5, rtol=1e-5)
     assert calls and set(calls) == {64}  # the prompt's 52 rows in their bucket, once per DeltaNet layer
+    assert not counters["graph_break"]

@@ -6,12 +6,10 @@ from __future__ import annotations
 import importlib
 import itertools
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
-from torch._dynamo.utils import counters
 
 from candidates.repo import engine_files, write_files
 from knowledge_base.transforms import NotApplicable
@@ -19,7 +17,6 @@ from knowledge_base.transforms.cuda_graph_codec import cuda_graph_codec
 from knowledge_base.transforms.cuda_graph_frame import cuda_graph_frame
 from knowledge_base.transforms.triton_tower import triton_tower
 from reference_runtime.api import SamplingParams, StreamSchedule, TTSRequest, VoiceReference
-from reference_runtime.bench import bench_requests
 from reference_runtime.config import get_config
 from reference_runtime.model import build_engine
 from reference_runtime.model.codec import Codec
@@ -64,28 +61,6 @@ def assert_logits_match(ref, eng, request: TTSRequest, tol: float = 1e-4) -> tor
     torch.testing.assert_close(got.main, want.main, atol=tol, rtol=tol)
     torch.testing.assert_close(got.codes, want.codes, atol=tol, rtol=tol)
     return frames
-
-
-def hello_logits_match_recording(package, module: str, function: str, record: Callable[..., object]) -> list:
-    """`package`'s engine, teacher-forced on drama3-tiny's hello prompt (CPU, weights of seed 0), gives the
-    reference's main and code logits (1e-5) without a graph break; returns record(*args) of each call of
-    package.module.function meanwhile (the kernel wrapper a transform routes the prefill through)."""
-    weights = init_weights(CFG, seed=0, device="cpu")
-    ref, eng = build_engine(CFG, weights, "cpu"), package.build_engine(CFG, weights, "cpu")
-    owner, calls = importlib.import_module(f"{package.__name__}.{module}"), []
-    original = getattr(owner, function)
-    setattr(owner, function, lambda *args: calls.append(record(*args)) or original(*args))
-    try:
-        request = bench_requests(CFG, 2)["hello"]
-        rows, frames = build_rows(CFG, request, ref.tokenizer), ref.generate(request).frames
-        counters.clear()
-        got, want = teacher_forced(eng, rows, frames), teacher_forced(ref, rows, frames)
-    finally:
-        setattr(owner, function, original)
-    torch.testing.assert_close(got.main, want.main, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(got.codes, want.codes, atol=1e-5, rtol=1e-5)
-    assert not counters["graph_break"]
-    return calls
 
 
 def assert_kernels_run_every_decode_frame(transform, wrapper: str, layers: int, root: Path,
