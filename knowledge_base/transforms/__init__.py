@@ -6,6 +6,7 @@ from .base import NotApplicable, Params, Patch, Transform
 from .caches import static_caches
 from .cuda import compile_tower, cuda_graph_backbone
 from .codec_channels_last import codec_channels_last
+from .codec_context_trim import codec_context_trim
 from .codec_conv_autotune import codec_conv_autotune
 from .codec_overlap import codec_overlap
 from .codec_upsample_channels_last import codec_upsample_channels_last
@@ -46,7 +47,8 @@ ALL: tuple[Transform, ...] = (fp8_dequant_at_build, moe_dispatch, rope_tables, g
                               inductor_codec, triton_prefill_route, prefill_fused_projections, triton_code_heads,
                               triton_frame_glue, pipelined_frames, fused_sdpa, prefill_row_ladder,
                               codec_conv_autotune, codec_channels_last, prefix_moe_cache, triton_deltanet_prep,
-                              prefill_first_frame, triton_deltanet_chunks, codec_upsample_channels_last)
+                              prefill_first_frame, triton_deltanet_chunks, codec_upsample_channels_last,
+                              codec_context_trim)
 TRANSFORMS: dict[str, Transform] = {t.name: t for t in ALL}
 
 __all__ = ["ALL", "TRANSFORMS", "NotApplicable", "Params", "Patch", "Transform"]
