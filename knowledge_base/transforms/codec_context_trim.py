@@ -12,13 +12,15 @@ from .base import Files, NotApplicable, Params, Patch, Transform, replace_once, 
 
 CODEC, GRAPH, BESIDE = "codec.py", "codec_graph.py", "codec_beside.py"
 _FORWARD = "    def forward(self, codes: torch.Tensor) -> torch.Tensor:  # (B, 10, n) -> (B, n * frame_samples)\n"
-_KEEP_FORWARD = "    def forward(self, codes: torch.Tensor, keep: int = 0) -> torch.Tensor:  # -> (B, (n - keep) * frame_samples)\n"
+_KEEP_FORWARD = ("    def forward(self, codes: torch.Tensor, keep: int = 0) -> torch.Tensor:  # -> (B, (n - keep) * "
+                 "frame_samples)\n")
 _POST = re.compile(r"^        x = self\.post_module\(self\.quantizer\(codes\)\).*\n", re.MULTILINE)
 _GRAPH_CALL = """\
             return super().forward(codes)
         graph, padded, audio = self._graph(ladder_length(n), codes)
 """
-_GRAPH_OUT = "        return audio[:, :n * self.config.frame_samples].clone()  # the graph's output is overwritten by the next replay\n"
+_GRAPH_OUT = ("        return audio[:, :n * self.config.frame_samples].clone()  # the graph's output is overwritten "
+              "by the next replay\n")
 _GRAPH_KEY = """\
     def _graph(self, length: int, like: torch.Tensor) -> tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]:
         if length not in self._graphs:
@@ -36,7 +38,8 @@ _DECODE = """\
         its host reads.\"\"\"
 """
 _DECODE_OUT = "        return bad, self.codec(safe[None])[0].float()\n"
-_CHUNK = "        return AudioChunk(audio=w.audio[w.skip * frame_samples:].cpu(), frame_start=w.start, frame_end=w.end,\n"
+_CHUNK = ("        return AudioChunk(audio=w.audio[w.skip * frame_samples:].cpu(), frame_start=w.start, "
+          "frame_end=w.end,\n")
 _SIZES = "        c = codec.config\n"
 _AUDIO_FIELD = "    audio: torch.Tensor  # (frames * frame_samples,) float32 on the codec's device\n"
 
@@ -76,7 +79,8 @@ def _graph_patches(files: Files) -> list[Patch]:
         return self._graphs[length, keep]
 """),
         replace_once(files, GRAPH, _GRAPHS, _GRAPHS.replace("dict[int,", "dict[tuple[int, int],")),
-        replace_once(files, GRAPH, _CAPTURE, "graph, audio = capture(lambda: self._compiled(padded, keep), self._pool)"),
+        replace_once(files, GRAPH, _CAPTURE,
+                     "graph, audio = capture(lambda: self._compiled(padded, keep), self._pool)"),
         replace_once(files, GRAPH, _COMPILED,
                      "self._compiled = torch.compile(lambda codes, keep: Codec.forward(self, codes, keep))"),
     ]
