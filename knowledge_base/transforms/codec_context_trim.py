@@ -132,7 +132,7 @@ codec_context_trim = Transform(
            "attention reaches back over the window; the convolutional stages after it are causal with a reach of "
            "~9 frames (kernel 7, dilations 1/3/9 at each rate, summed in frames), so their output for older frames "
            "is computed and thrown away. A 200-frame stream decodes 359 codec frames in 8 windows; with the "
-           "convolutions trimmed it runs 261 of them through the convolutions. The codec windows overlap the decode "
+           "convolutions trimmed it runs 266 of them through the convolutions. The codec windows overlap the decode "
            "steps but take their SMs: on an H100 a stream's time beyond its decode steps was about the windows' "
            "own time. The trimmed windows differ from the whole decode by the rounding of other cuDNN algorithms "
            "(another length), as the ladder's padded lengths already do.",
