@@ -1,10 +1,12 @@
 """codec_context_trim on CPU at drama3-tiny: it applies once, on top of codec_overlap and inductor_codec; a codec
 window with its convolutions started context_frames before the emitted frames gives the whole window's samples
-there (and a shorter context does not, so the reach is not overstated for nothing); and streams whose windows
-re-decode more left context than that give the untrimmed engine's chunks. The side stream and the graphs are the
+there (and a shorter context does not, so the reach is not overstated for nothing); the compiled codec traces
+whole with each trim; and streams whose windows re-decode more left context than that give the untrimmed engine's
+chunks. The side stream and the graphs are the
 GPU's: tests/gpu/test_gpu_codec_context_trim.py."""
 from __future__ import annotations
 
+import functools
 import importlib
 
 import pytest
@@ -53,6 +55,23 @@ def test_the_trimmed_convolutions_give_the_whole_windows_samples(packages):
             assert got.shape == (1, (n - keep) * spf)
             error = (got[:, (skip - keep) * spf:] - whole).abs().max().item()
             assert (error < 1e-5) == exact, (reach, error)
+
+
+def test_the_compiled_codec_traces_whole_with_each_trim(packages, monkeypatch):
+    """inductor_codec's compile with the trim: dynamo traces the codec whole (fullgraph) as `keep` goes from a
+    constant to a dynamic value with the window length, and matches the eager codec (aot_eager: no code generation
+    here; the graphs and inductor's kernels are the GPU test's)."""
+    trimmed = packages[1]
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager", fullgraph=True))
+    torch._dynamo.reset()
+    codec = trimmed.codec_graph.GraphedCodec.from_weights(
+        CFG.codec, init_codec_weights(CFG.codec, 0, "cpu", torch.float32), "cpu", torch.float32)
+    gen = torch.Generator().manual_seed(2)
+    with torch.inference_mode():
+        for n, keep in ((1, 0), (5, 0), (28, 5), (40, 21), (33, 9)):
+            codes = torch.randint(CFG.codec.residual_codebook_size, (1, CFG.num_codebooks, n), generator=gen)
+            torch.testing.assert_close(codec._compiled(codes, keep), trimmed.codec.Codec.forward(codec, codes, keep),
+                                       atol=1e-5, rtol=1e-5)
 
 
 def test_streams_give_the_untrimmed_engines_chunks(packages):
