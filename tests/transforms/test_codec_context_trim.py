@@ -2,8 +2,7 @@
 window with its convolutions started context_frames before the emitted frames gives the whole window's samples
 there (and a shorter context does not, so the reach is not overstated for nothing); the compiled codec traces
 whole with each trim; and streams whose windows re-decode more left context than that give the untrimmed engine's
-chunks. The side stream and the graphs are the
-GPU's: tests/gpu/test_gpu_codec_context_trim.py."""
+chunks. The side stream and the graphs are the GPU's: tests/gpu/test_gpu_codec_context_trim.py."""
 from __future__ import annotations
 
 import functools
