@@ -41,6 +41,8 @@ _DECODE_OUT = "        return bad, self.codec(safe[None])[0].float()\n"
 _CHUNK = ("        return AudioChunk(audio=w.audio[w.skip * frame_samples:].cpu(), frame_start=w.start, "
           "frame_end=w.end,\n")
 _SIZES = "        c = codec.config\n"
+_SAME_AUDIO = ("the generation stream, and `finish` waits for that work alone. The audio is the same codec's on the "
+               "same codes.\n")
 _AUDIO_FIELD = "    audio: torch.Tensor  # (frames * frame_samples,) float32 on the codec's device\n"
 
 
@@ -109,6 +111,9 @@ def _beside_patches(files: Files) -> list[Patch]:
 """),
         replace_once(files, BESIDE, "from .codec import Codec\n",
                      "from .codec import Codec\nfrom .codec_context import context_frames\n"),
+        replace_once(files, BESIDE, _SAME_AUDIO, "the generation stream, and `finish` waits for that work alone. "
+                     "The audio is the same codec's on the same codes, its\nconvolutions started context_frames "
+                     "before the chunk (codec_context_trim): equal up to the rounding of another length.\n"),
         replace_once(files, BESIDE, _AUDIO_FIELD,
                      "    audio: torch.Tensor  # ((frames - skip) * frame_samples,) float32 on the codec's device\n"),
     ]
