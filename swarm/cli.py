@@ -26,9 +26,10 @@ from .kb_views import export_kb, render_kb_list, render_kb_show
 from .paths import kb_path, reference_engine_dir
 
 # help texts are plain: "provider[/model]" is not rich markup
-app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None, help="LLM agents write fast Drama 3 engines; "
-                  "a harness-owned evaluator decides what is kept.")
-kb_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Inspect the knowledge base: runs, kept engines, lessons.")
+app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,
+                  help="LLM agents write fast Drama 3 engines; a harness-owned evaluator decides what is kept.")
+kb_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                     help="Inspect the knowledge base: runs, kept engines, lessons.")
 app.add_typer(kb_app, name="kb")
 out = Console()
 
@@ -94,7 +95,8 @@ def run(target_file: Annotated[Path, typer.Argument(help="target YAML, e.g. targ
     from .review import render_summary
 
     if skip_pending and not resume:
-        raise typer.BadParameter("goes with --resume RUN_ID: a new run has nothing pending", param_hint="--skip-pending")
+        raise typer.BadParameter("goes with --resume RUN_ID: a new run has nothing pending",
+                                 param_hint="--skip-pending")
     with _usage_errors():
         target = with_agents(with_budget(_target(target_file), iterations=iterations, wall_minutes=wall_minutes,
                                          gpu_hours=gpu_hours, dollars=dollars), agents)
@@ -106,9 +108,10 @@ def run(target_file: Annotated[Path, typer.Argument(help="target YAML, e.g. targ
         except (EvaluatorError, KeyboardInterrupt) as e:
             run_id = resume or progress.run_id
             interrupted = isinstance(e, KeyboardInterrupt)
-            console.print("[bold red]interrupted[/bold red] (evaluations in flight are dropped and run again on "
-                          "resume, or skipped with --skip-pending)" if interrupted else f"[bold red]harness error:[/bold red] {escape(str(e))}",
-                          soft_wrap=True)
+            message = ("[bold red]interrupted[/bold red] (evaluations in flight are dropped and run again on resume, "
+                       "or skipped with --skip-pending)") if interrupted \
+                else f"[bold red]harness error:[/bold red] {escape(str(e))}"
+            console.print(message, soft_wrap=True)
             if run_id:
                 console.print(f"the run's state is saved; {'to go on' if interrupted else 'after fixing it'}: "
                               f"swarm run {target_file} --resume {run_id}", soft_wrap=True)

@@ -2,7 +2,7 @@
 (compiles, graph captures) took 84 s after the correctness cascade, a quarter of each evaluation."""
 from __future__ import annotations
 
-from evaluator import Status, calibrate_noise, evaluate
+from evaluator import calibrate_noise, evaluate
 from tests.evaluator.candidate_factory import build_engine_body, make_candidate, small_target
 
 BUILD_S = 10.0  # each engine's build_engine sleeps this long
