@@ -126,6 +126,12 @@ def _apply(files: Files, params: Params) -> list[Patch]:
 
 codec_context_trim = Transform(
     name="codec_context_trim",
+    # measured on an H100 (session 36, docs/benchmarks.md), beside the pending leap alone, 200-frame streams with
+    # 32-frame windows: a stream's time beyond its decode steps 14.2 / 16.2 / 17.8 -> 12.2 / 13.0 / 13.8 ms,
+    # frames/s +0.3-0.7%, TTFA unchanged (the first window has no context to trim); the full-size bf16 windows
+    # matched the whole windows within the stream gate (tests/gpu/test_gpu_codec_context_trim.py)
+    impact={"cuda": 1.005},
+    proven=frozenset({"cuda"}),
     summary="decode a stream window's left context through the codec's transformer only: the upsampling and conv "
             "decoder (most of the codec's time) start ~11 frames before the chunk, not 32, as every convolution is "
             "causal and frames further back cannot change the chunk's samples",

@@ -24,10 +24,10 @@ KEPT_S12 = ["triton_prefill_moe", "cuda_graph_frame", "triton_deltanet", "triton
             "triton_backbone_attention", "graph_topk_sampling", "triton_backbone_deltanet", "triton_moe_block"]
 # proven after that engine was kept: codec_overlap in session 15, inductor_codec in session 16
 EVERY_PROVEN = [*KEPT_S12, "codec_overlap", "inductor_codec"]
-# proven later (sessions 21, 25 and 30) and applicable on those lineages: applied too where a test wants the
+# proven later (sessions 21, 25, 30 and 36) and applicable on those lineages: applied too where a test wants the
 # untried transforms left to have priors under a retune's
 LATER_PROVEN = ["triton_code_heads", "triton_frame_glue", "pipelined_frames", "codec_conv_autotune",
-                "codec_channels_last", "codec_upsample_channels_last"]
+                "codec_channels_last", "codec_upsample_channels_last", "codec_context_trim"]
 
 
 def context_for(files: dict[str, str], **fields) -> ProposalContext:
@@ -272,7 +272,8 @@ def test_on_the_h200_kept_engine_the_first_exploring_slot_leaps_over_the_proven_
                                     "triton_sampling", "triton_backbone_attention", "graph_topk_sampling",
                                     "triton_backbone_deltanet", "triton_moe_block", "codec_overlap", "inductor_codec",
                                     "triton_code_heads", "triton_frame_glue", "pipelined_frames",
-                                    "codec_conv_autotune", "codec_channels_last", "codec_upsample_channels_last"}
+                                    "codec_conv_autotune", "codec_channels_last", "codec_upsample_channels_last",
+                                    "codec_context_trim"}
     assert TRANSFORMS["triton_moe_fused"].label(fused) not in leap.title  # slower on this very parent
     tower = leap.transforms.index("triton_tower")
     assert tower < leap.transforms.index("triton_backbone_attention") and \
@@ -363,8 +364,8 @@ def test_a_lineage_with_stale_kernels_is_renewed_first_and_the_leap_carries_the_
     assert leap.title.startswith(offline.LEAP + RENEW + "triton_tower(version=")
     assert leap.transforms == ["triton_tower", "triton_backbone_deltanet", "triton_moe_block", "triton_code_heads",
                                "inductor_codec", "triton_frame_glue", "pipelined_frames", "codec_overlap",
-                               "codec_conv_autotune", "codec_channels_last",
-                               "codec_upsample_channels_last"]  # after the one it requires
+                               "codec_conv_autotune", "codec_channels_last", "codec_context_trim",
+                               "codec_upsample_channels_last"]  # after the ones they require
     assert apply_edits(files, leap.edits)["triton_tower.py"] == today
     alone = propose(1)
     assert alone.title.startswith(RENEW) and alone.transforms == ["triton_tower"]
@@ -377,7 +378,7 @@ def test_a_lineage_with_stale_kernels_is_renewed_first_and_the_leap_carries_the_
     assert propose(0, [failed]).transforms == ["triton_backbone_deltanet", "triton_moe_block", "triton_code_heads",
                                                "inductor_codec", "triton_frame_glue", "pipelined_frames",
                                                "codec_overlap", "codec_conv_autotune", "codec_channels_last",
-                                               "codec_upsample_channels_last"]
+                                               "codec_context_trim", "codec_upsample_channels_last"]
 
 
 def test_a_leap_of_renewals_edits_a_file_they_share_once(reference_run):
