@@ -19,7 +19,7 @@ REFERENCE = Path(__file__).resolve().parents[2] / "reference_runtime" / "model"
 STACK = ["cuda_graph_frame", "triton_fp8_moe", "triton_prefill_moe", "triton_deltanet", "cuda_graph_prefill",
          "triton_prefill_route", "triton_tower", "triton_sampling", "triton_backbone_deltanet", "triton_moe_fused",
          "triton_backbone_attention", "triton_moe_block", "triton_code_heads", "triton_frame_glue",
-         "pipelined_frames", "prefill_row_ladder", "prefix_moe_cache", "triton_deltanet_prep",
+         "pipelined_frames", "prefill_row_ladder", "prefix_moe_cache", "prefix_moe_slots", "triton_deltanet_prep",
          "triton_deltanet_chunks"]
 
 

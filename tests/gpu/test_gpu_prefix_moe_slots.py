@@ -1,0 +1,56 @@
+"""prefix_moe_slots on CUDA at drama3-mid, on the graphed and compiled prefill with the routing kernel: the benchmark's
+prompts taken in turn twice pass the teacher-forced gate against the reference, and the voice prompt's prefill after
+the sentences prompt (the evaluator's rotation) is timed beside prefix_moe_cache's single slot (printed: run with -s;
+drama3-mid has 32 experts a layer, so the full model's share of experts skipped is not shown here)."""
+from __future__ import annotations
+
+import statistics
+import time
+
+import pytest
+import torch
+from gpu_engines import assert_passes_gate, config_named
+from test_gpu_prefix_moe_cache import STACK
+
+from knowledge_base.transforms.prefix_moe_cache import prefix_moe_cache
+from knowledge_base.transforms.prefix_moe_slots import prefix_moe_slots
+from reference_runtime.api import SamplingParams
+from reference_runtime.bench import bench_requests
+from reference_runtime.model import build_engine
+from reference_runtime.prompt import build_rows
+from reference_runtime.weights import init_weights
+
+pytestmark = pytest.mark.gpu
+CACHED = STACK + [(prefix_moe_cache, {})]
+
+
+@pytest.fixture(scope="module")
+def engines(load_package):
+    config, device = config_named("drama3-mid"), torch.device("cuda")
+    weights = init_weights(config, seed=0, device=device)
+    return config, build_engine(config, weights, device), *(load_package(steps).build_engine(config, weights, device)
+                                                           for steps in (CACHED, CACHED + [(prefix_moe_slots, {})]))
+
+
+def test_prompts_in_turn_twice_pass_the_gate(engines):
+    config, ref, _, slots = engines
+    for _ in range(2):
+        assert_passes_gate(config, ref, slots, prompts=slice(None))
+
+
+def test_voice_after_sentences_prefill_time(engines):
+    config, _, cached, slots = engines
+    requests = bench_requests(config, 1)
+    rows = {name: build_rows(config, requests[name], cached.tokenizer).cuda() for name in ("voice", "sentences")}
+    times = {"one slot": [], "slots": []}
+    for _ in range(6):
+        for name, engine in (("one slot", cached), ("slots", slots)):
+            engine.prefill(rows["voice"], SamplingParams(), 0)
+            engine.prefill(rows["sentences"], SamplingParams(), 0)
+            torch.cuda.synchronize()
+            started = time.perf_counter()
+            engine.prefill(rows["voice"], SamplingParams(), 0)
+            torch.cuda.synchronize()
+            times[name].append((time.perf_counter() - started) * 1e3)
+    one, many = (statistics.median(t[1:]) for t in times.values())
+    print(f"\ndrama3-mid voice prefill after sentences: {one:.2f} ms with one slot, {many:.2f} ms with slots")
