@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import itertools
+import statistics
+import time
 from pathlib import Path
 
 import torch
@@ -13,6 +15,7 @@ import torch.nn.functional as F
 from candidates.repo import engine_files, write_files
 from evaluator.compare import Logits, check_logits
 from knowledge_base.transforms import TRANSFORMS, Params, Transform
+from reference_runtime.api import SamplingParams
 from reference_runtime.bench import bench_requests
 from reference_runtime.config import Drama3Config, get_config
 from reference_runtime.model import build_engine
@@ -145,3 +148,20 @@ def graphed_call_us(fn, args) -> float:
     end.record()
     torch.cuda.synchronize()
     return start.elapsed_time(end) / 20 * 1e3
+
+
+def prefill_ms_after(engines: dict, before: list[torch.Tensor], rows: torch.Tensor,
+                     trials: int = 6) -> dict[str, float]:
+    """name -> median wall ms of each engine's prefill of `rows` right after its prefills of `before` (what a prefix
+    cache finds depends on them), the engines taken in turn in each trial; the first trial is a warm-up."""
+    times: dict[str, list[float]] = {name: [] for name in engines}
+    for _ in range(trials):
+        for name, engine in engines.items():
+            for earlier in before:
+                engine.prefill(earlier, SamplingParams(), 0)
+            torch.cuda.synchronize()
+            started = time.perf_counter()
+            engine.prefill(rows, SamplingParams(), 0)
+            torch.cuda.synchronize()
+            times[name].append((time.perf_counter() - started) * 1e3)
+    return {name: statistics.median(t[1:]) for name, t in times.items()}

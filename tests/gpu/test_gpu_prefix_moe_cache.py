@@ -4,12 +4,9 @@ reference, and hello's prefill after the voice prompt is timed beside the same s
 run with -s; drama3-mid has 32 experts a layer, so the full model's share of experts skipped is not shown here)."""
 from __future__ import annotations
 
-import statistics
-import time
-
 import pytest
 import torch
-from gpu_engines import assert_passes_gate, config_named
+from gpu_engines import assert_passes_gate, config_named, prefill_ms_after
 
 from knowledge_base.transforms.cuda_graph_frame import cuda_graph_frame
 from knowledge_base.transforms.cuda_graph_prefill import cuda_graph_prefill
@@ -17,7 +14,6 @@ from knowledge_base.transforms.prefix_moe_cache import prefix_moe_cache
 from knowledge_base.transforms.triton_deltanet import triton_deltanet
 from knowledge_base.transforms.triton_prefill_moe import triton_prefill_moe
 from knowledge_base.transforms.triton_prefill_route import triton_prefill_route
-from reference_runtime.api import SamplingParams
 from reference_runtime.bench import bench_requests
 from reference_runtime.model import build_engine
 from reference_runtime.prompt import build_rows
@@ -45,14 +41,6 @@ def test_hello_after_voice_prefill_time(engines):
     config, _, plain, cached = engines
     requests = bench_requests(config, 1)
     rows = {name: build_rows(config, requests[name], plain.tokenizer).cuda() for name in ("voice", "hello")}
-    times = {"plain": [], "cached": []}
-    for _ in range(6):
-        for name, engine in (("plain", plain), ("cached", cached)):
-            engine.prefill(rows["voice"], SamplingParams(), 0)
-            torch.cuda.synchronize()
-            started = time.perf_counter()
-            engine.prefill(rows["hello"], SamplingParams(), 0)
-            torch.cuda.synchronize()
-            times[name].append((time.perf_counter() - started) * 1e3)
-    plain_ms, cached_ms = (statistics.median(t[1:]) for t in times.values())
-    print(f"\ndrama3-mid hello prefill after voice: {plain_ms:.2f} ms without the cache, {cached_ms:.2f} ms with it")
+    ms = prefill_ms_after({"plain": plain, "cached": cached}, [rows["voice"]], rows["hello"])
+    print(f"\ndrama3-mid hello prefill after voice: {ms['plain']:.2f} ms without the cache, {ms['cached']:.2f} ms "
+          "with it")

@@ -4,17 +4,13 @@ the sentences prompt (the evaluator's rotation) is timed beside prefix_moe_cache
 drama3-mid has 32 experts a layer, so the full model's share of experts skipped is not shown here)."""
 from __future__ import annotations
 
-import statistics
-import time
-
 import pytest
 import torch
-from gpu_engines import assert_passes_gate, config_named
+from gpu_engines import assert_passes_gate, config_named, prefill_ms_after
 from test_gpu_prefix_moe_cache import STACK
 
 from knowledge_base.transforms.prefix_moe_cache import prefix_moe_cache
 from knowledge_base.transforms.prefix_moe_slots import prefix_moe_slots
-from reference_runtime.api import SamplingParams
 from reference_runtime.bench import bench_requests
 from reference_runtime.model import build_engine
 from reference_runtime.prompt import build_rows
@@ -42,15 +38,6 @@ def test_voice_after_sentences_prefill_time(engines):
     config, _, cached, slots = engines
     requests = bench_requests(config, 1)
     rows = {name: build_rows(config, requests[name], cached.tokenizer).cuda() for name in ("voice", "sentences")}
-    times = {"one slot": [], "slots": []}
-    for _ in range(6):
-        for name, engine in (("one slot", cached), ("slots", slots)):
-            engine.prefill(rows["voice"], SamplingParams(), 0)
-            engine.prefill(rows["sentences"], SamplingParams(), 0)
-            torch.cuda.synchronize()
-            started = time.perf_counter()
-            engine.prefill(rows["voice"], SamplingParams(), 0)
-            torch.cuda.synchronize()
-            times[name].append((time.perf_counter() - started) * 1e3)
-    one, many = (statistics.median(t[1:]) for t in times.values())
-    print(f"\ndrama3-mid voice prefill after sentences: {one:.2f} ms with one slot, {many:.2f} ms with slots")
+    ms = prefill_ms_after({"one slot": cached, "slots": slots}, [rows["voice"], rows["sentences"]], rows["voice"])
+    print(f"\ndrama3-mid voice prefill after sentences: {ms['one slot']:.2f} ms with one slot, {ms['slots']:.2f} ms "
+          "with slots")
