@@ -43,7 +43,7 @@ sys.path.insert(0, str(REPO))
 from candidates.repo import EngineRepo, engine_files, write_files
 from evaluator.compare import Logits, check_logits
 from evaluator.profile_summary import self_times
-from knowledge_base import KnowledgeStore
+from knowledge_base import KeptEngine, KnowledgeStore
 from knowledge_base.transforms import TRANSFORMS, NotApplicable
 from knowledge_base.transforms.base import literal
 from knowledge_base.transforms.renew import renewal
@@ -56,9 +56,12 @@ from reference_runtime.model import build_engine
 from reference_runtime.prompt import build_rows
 from reference_runtime.teacher_forcing import teacher_forced
 from reference_runtime.weights import default_dtype, init_weights
+from swarm.agents.offline import LEAP, OfflineAgent
+from swarm.context import build_context
 from swarm.edits import apply_edits, patch_edits
 from swarm.paths import engines_path, kb_path
-from targets.schema import load_target
+from swarm.run_state import ParentEngine, RunView
+from targets.schema import Target, load_target
 
 # engine name -> transforms applied in order to the reference package, with parameter overrides
 RECIPES: dict[str, tuple[tuple[str, dict], ...]] = {
@@ -210,9 +213,12 @@ def plus_files(files: dict[str, str], items: list[str]) -> dict[str, str]:
     return files
 
 
-def kept_engine(engine_id: str, config_name: str) -> tuple[str, dict[str, str]]:
-    """(title, files) of a kept engine in $SWARM_HOME's knowledge base: an id, or "best" (the highest speedup vs
-    the reference among the CUDA engines kept for this model config)."""
+LEAP_ITEM = "leap"  # a --kept-plus item: the offline proposer's next leap (offline_leap)
+
+
+def kept_record(engine_id: str, config_name: str) -> KeptEngine:
+    """A kept engine in $SWARM_HOME's knowledge base: an id, or "best" (the highest speedup vs the reference among
+    the CUDA engines kept for this model config)."""
     kb = KnowledgeStore(kb_path())
     try:
         fitting = [k for k in kb.kept_engines() if k.key.device == "cuda" and k.key.model_config == config_name]
@@ -222,7 +228,38 @@ def kept_engine(engine_id: str, config_name: str) -> tuple[str, dict[str, str]]:
     finally:
         kb.close()
     print(f"kept engine {kept.id}: {kept.title} ({kept.speedup_vs_reference:.2f}x the reference)", flush=True)
+    return kept
+
+
+def title_and_files(kept: KeptEngine) -> tuple[str, dict[str, str]]:
     return f"{kept.id}: {kept.title}", EngineRepo(engines_path()).files(kept.git_commit)
+
+
+def kept_engine(engine_id: str, config_name: str) -> tuple[str, dict[str, str]]:
+    """(title, files) of kept_record's engine."""
+    return title_and_files(kept_record(engine_id, config_name))
+
+
+def offline_leap(kept: KeptEngine, files: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """(title, files) of the leap the offline proposer would evaluate next on `kept` (its `files`) if the run that
+    kept it resumed: the context the swarm builds (the run's target and failures, the knowledge base's lessons, the
+    lineage), its slots in turn until one leaps; else an error saying why."""
+    kb = KnowledgeStore(kb_path())
+    try:
+        view = RunView.load(kb, kept.run_id)
+        target = Target.model_validate_json(view.run.target_json)
+        iteration = 1 + max((c.iteration for c in view.candidates), default=0)
+        parent = ParentEngine(kept.id, kept.git_commit, kept.figures, kept.speedup_vs_reference)
+        contexts = [build_context(target, kb, view, kept.key, parent, files, iteration, slot)
+                    for slot in range(target.candidates_per_iteration)]
+    finally:
+        kb.close()
+    for context in contexts:
+        proposal = OfflineAgent("leap").propose(context)
+        if proposal.title.startswith(LEAP):
+            return proposal.title, apply_edits(files, proposal.edits)
+    sys.exit(f"--kept-plus leap: the offline proposer has no leap on {kept.id} (tried on it already, or fewer than "
+             "two proven transforms it lacks); name the transforms instead")
 
 
 def package_root(prefix: str) -> Path:
@@ -589,7 +626,9 @@ def main() -> None:
     parser.add_argument("--kept-plus", action="append", default=[],
                         help="with --kept, also that engine with these applied on top, comma-separated: a transform "
                              "(its first variant) or renew:<transform> (today's kernel files), in order; given again, "
-                             "another such engine (kept_plus2, ...), so that a stack and its parts are timed together")
+                             "another such engine (kept_plus2, ...), so that a stack and its parts are timed together; "
+                             f"'{LEAP_ITEM}' first: the offline proposer's next leap on the kept engine (as the swarm "
+                             "would propose it on resuming the run that kept it), then the rest")
     args = parser.parse_args()
     names = [e for e in args.engines.split(",") if e]
     try:
@@ -609,11 +648,19 @@ def main() -> None:
         sys.exit("--plus-only needs --kept-plus")
     kept = []  # resolved before the reference's minutes, so that a wrong id or transform fails at once
     if args.kept:
-        title, kept_files = kept_engine(args.kept, config.name)
+        record = kept_record(args.kept, config.name)
+        title, kept_files = title_and_files(record)
         if not args.plus_only:
             kept.append(("kept", [title], lambda: kept_files))
         for i, plus in enumerate(stacks):
-            plus_engine = plus_files(kept_files, plus)
+            base, items = kept_files, plus
+            if plus[0] == LEAP_ITEM:
+                leap_title, base = offline_leap(record, kept_files)
+                print(leap_title, flush=True)
+                items, plus = plus[1:], [leap_title, *plus[1:]]
+            if LEAP_ITEM in items:
+                sys.exit(f"--kept-plus: {LEAP_ITEM} comes first in a stack, before what is added to it")
+            plus_engine = plus_files(base, items)
             kept.append((f"kept_plus{i + 1 if i else ''}", [title, *plus], lambda files=plus_engine: files))
     tol = load_target(REPO / "targets" / "drama3_h200.yaml").tolerances
     weights = init_weights(config, seed=0, device=device)

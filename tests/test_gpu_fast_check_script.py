@@ -5,8 +5,10 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -15,29 +17,31 @@ import torch
 
 from candidates import EngineRepo
 from candidates.repo import engine_files
-from knowledge_base import REFERENCE_ID, EngineKey, Figures, KeptEngine, KnowledgeStore
+from knowledge_base import REFERENCE_ID, EngineKey, Figures, KeptEngine, KnowledgeStore, LessonRecord
 from knowledge_base.transforms import TRANSFORMS
 from reference_runtime.bench import bench_requests
 from reference_runtime.config import get_config
 from reference_runtime.prompt import build_rows
 from reference_runtime.tokenizer import load_tokenizer
+from targets.schema import load_target
 from tests.kb.test_kb_store import _candidate, _lesson, _run, _verdict
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "gpu_fast_check.py"
 
 
-def _kept_home(home: Path) -> str:
-    """A $SWARM_HOME whose knowledge base keeps one CUDA engine for drama3-tiny (the reference's files)."""
+def _kept_home(home: Path, target_json: str = "{}") -> str:
+    """A $SWARM_HOME whose knowledge base keeps one CUDA engine for drama3-tiny (the reference's files), from a run
+    of the target `target_json`."""
     repo = EngineRepo(home / "engines")
     reference = repo.reference_commit(REPO / "reference_runtime" / "model")
     kb = KnowledgeStore(home / "kb.sqlite")
-    run = _run(kb)
+    run = _run(kb, target_json=target_json)
     candidate = kb.add_candidate(_candidate(run, 0))
     sha = repo.commit_candidate(reference, engine_files(REPO / "reference_runtime" / "model"),
                                 candidate_id=candidate.id, message="same files")
     key = EngineKey(run.engine_key.architecture, "drama3-tiny", "cuda", "h200", "2.11.0", "3.6.0", "13.0")
-    kb.record_outcome(_verdict(candidate.id), _lesson(run, candidate.id),
+    kb.record_outcome(replace(_verdict(candidate.id), verdict_json=""), _lesson(run, candidate.id),  # no profile
                       KeptEngine(id=candidate.id, run_id=run.id, parent_id=REFERENCE_ID, git_commit=sha, key=key,
                                  figures=Figures(100.0, 10.0, 0.1, 1.2), speedup_vs_reference=1.2, title="same"))
     kb.close()
@@ -98,6 +102,30 @@ def test_kept_plus_retunes_one_knob_of_an_applied_transform(monkeypatch):
     assert f"{deltanet.knobs.constant('block_v')} = 32" in retuned[deltanet.knobs.path]
     with pytest.raises(SystemExit, match="block_v=16 is its current value or outside its space"):
         fast_check.plus_files(files, ["retune:triton_deltanet:block_v=16"])
+
+
+def test_kept_plus_leap_is_the_offline_proposers_next_leap(tmp_path, monkeypatch):
+    """`leap` stacks what the offline proposer would leap to next on the kept engine, from the context the swarm
+    builds for the run that kept it; once that leap has a lesson on the engine, there is none, and the script says
+    so instead of timing something else."""
+    target = load_target(REPO / "targets" / "drama3_h200_lease.yaml")
+    kept_id = _kept_home(tmp_path / "home", target.model_dump_json())
+    monkeypatch.setenv("SWARM_HOME", str(tmp_path / "home"))
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    fast_check = importlib.import_module("gpu_fast_check")
+    record = fast_check.kept_record(kept_id, "drama3-tiny")
+    _, files = fast_check.title_and_files(record)
+    title, leapt = fast_check.offline_leap(record, files)
+    named = re.findall(r"(\w+)\(", title)
+    assert title.startswith("leap: ") and len(named) >= 2 and all("cuda" in TRANSFORMS[n].proven for n in named)
+    assert leapt != files
+    kb = KnowledgeStore(tmp_path / "home" / "kb.sqlite")
+    kb.add_lesson(LessonRecord(run_id=record.run_id, candidate_id=kept_id, feature="fp8_moe", outcome="failed",
+                               summary=f"{title} on {kept_id}: slower: not faster",
+                               architecture=record.key.architecture))
+    kb.close()
+    with pytest.raises(SystemExit, match="no leap on"):
+        fast_check.offline_leap(record, files)
 
 
 def test_no_reference_times_the_kept_engine_without_a_gate(tmp_path):

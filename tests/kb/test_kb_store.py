@@ -26,8 +26,8 @@ KEY = EngineKey("codebook_mtp,dac_codec,fp8_moe,gated_attention,gated_deltanet",
                 "2.13.0", "", "")
 
 
-def _run(kb: KnowledgeStore, name: str = "t") -> RunRecord:
-    return kb.create_run(RunRecord(id=kb.next_run_id(name), target_name=name, target_json="{}",
+def _run(kb: KnowledgeStore, name: str = "t", target_json: str = "{}") -> RunRecord:
+    return kb.create_run(RunRecord(id=kb.next_run_id(name), target_name=name, target_json=target_json,
                                    baseline_request="reference", baseline_id=REFERENCE_ID, baseline_commit="c0",
                                    engine_key=KEY, secret=7))
 
