@@ -63,7 +63,7 @@ def _apply(files: Files, params: Params) -> list[Patch]:
         self.last_rows[:n].copy_(self.slot_rows[:, :n].index_select(0, best)[0])
         self.last_length.copy_(self.slot_length.index_select(0, best))
         self.working[:, :, :n].copy_(self.slot_outputs[:, :, :n].index_select(0, best))
-        same = (rows[:n] == self.last_rows[:n]).all(1).long().cumprod(0).sum().reshape(1)
+        same = begins.index_select(0, best)  # the loaded slot's leading match, already counted
 """),
         replace_once(files, PROGRAM, _PREFIX, _PREFIX + """\
         # prefix_moe_slots: back to its slot if it shared that slot's whole system turn (same voice, new text),

@@ -36,6 +36,11 @@ def _prompt(engine, text: str) -> tuple[torch.Tensor, torch.Tensor]:
     return build_rows(CFG, request, engine.tokenizer), engine.generate(request).frames
 
 
+def system_rows(rows: torch.Tensor) -> int:
+    """The prompt's system-turn rows, through its first <|im_end|>: all a prefix cache may reuse."""
+    return int((rows[:, 0] == CFG.eos_token_id).long().cumsum(0).eq(0).sum()) + 1
+
+
 def test_applies_once_on_top_of_the_graphed_prefill_and_its_routing():
     assert_applies_once_on_top_of(prefix_moe_cache, STACK)
     with pytest.raises(NotApplicable):  # the rows it reuses are those the routing kernel can send nowhere
@@ -81,7 +86,7 @@ def test_a_prompt_sharing_nothing_reuses_nothing(engines):
 def test_the_users_text_is_never_reused(engines):
     plain, cached = engines
     rows, frames = _prompt(cached, "Hello there my friend")
-    system = int((rows[:, 0] == CFG.eos_token_id).long().cumsum(0).eq(0).sum()) + 1  # through the first <|im_end|>
+    system = system_rows(rows)
     teacher_forced(cached, rows, frames)
     for layer in cached.model.backbone.layers:
         layer.moe.cached[system:] += 1.0  # the rows past the system turn, which the same prompt shares in full

@@ -23,6 +23,7 @@ from swarm.edits import apply_edits, patch_edits
 
 from test_cuda_graphs import CFG, GREEDY, REFERENCE, assert_applies_once_on_top_of, load, transformed
 from test_prefix_moe_cache import STACK as UNCACHED
+from test_prefix_moe_cache import system_rows
 
 STACK = [*UNCACHED, prefix_moe_cache]
 ROTATION = ("hello", "sentences", "voice")
@@ -32,8 +33,8 @@ ROTATION = ("hello", "sentences", "voice")
 def engines(tmp_path_factory):
     root, files = tmp_path_factory.mktemp("slots"), transformed(engine_files(REFERENCE), UNCACHED)
     weights = init_weights(CFG, seed=0, device="cpu")
-    stacks = (files, transformed(files, [prefix_moe_cache]), transformed(files, [prefix_moe_cache, prefix_moe_slots]))
-    return [load(f, root).build_engine(CFG, weights, "cpu") for f in stacks]
+    return [load(f, root).build_engine(CFG, weights, "cpu")
+            for f in (files, transformed(files, [prefix_moe_cache, prefix_moe_slots]))]
 
 
 @pytest.fixture(scope="module")
@@ -45,10 +46,6 @@ def prompts(engines):
         request = replace(request, sampling=GREEDY)
         found[name] = build_rows(CFG, request, plain.tokenizer), plain.generate(request).frames
     return found
-
-
-def _system(rows: torch.Tensor) -> int:
-    return int((rows[:, 0] == CFG.eos_token_id).long().cumsum(0).eq(0).sum()) + 1  # through the first <|im_end|>
 
 
 def _program(engine):
@@ -64,7 +61,7 @@ def test_applies_once_on_top_of_prefix_moe_cache():
 
 
 def test_the_rotation_gives_the_uncached_logits(engines, prompts):
-    plain, _, slots = engines
+    plain, slots = engines
     for name in ROTATION * 2:
         rows, frames = prompts[name]
         want, got = teacher_forced(plain, rows, frames), teacher_forced(slots, rows, frames)
@@ -75,17 +72,17 @@ def test_the_rotation_gives_the_uncached_logits(engines, prompts):
 def test_voice_after_the_others_reuses_its_own_reference_rows(engines, prompts):
     """With one slot the voice prompt after sentences shares only the instruction; with slots it finds its whole
     system turn (the reference's rows), and those come from its own slot."""
-    _, _, slots = engines
+    _, slots = engines
     for name in ROTATION:
         teacher_forced(slots, *prompts[name])
     voice = prompts["voice"][0]
     shared_with_sentences = int((voice[:40] == prompts["sentences"][0][:40]).all(1).long().cumprod(0).sum())
-    assert shared_with_sentences < _system(voice) - 8  # the reference rows are voice's own
+    assert shared_with_sentences < system_rows(voice) - 8  # the reference rows are voice's own
     program = _program(slots)
     n = min(len(voice), program.slot_rows.shape[1])
     begins = (voice[None, :n] == program.slot_rows[:, :n]).all(2).long().cumprod(1).sum(1)
     home = int(torch.minimum(begins, program.slot_length).argmax())
-    assert int(begins[home]) >= _system(voice)
+    assert int(begins[home]) >= system_rows(voice)
     want = teacher_forced(slots, *prompts["voice"])
     for name in ("hello", "sentences"):
         teacher_forced(slots, *prompts[name])
@@ -94,7 +91,7 @@ def test_voice_after_the_others_reuses_its_own_reference_rows(engines, prompts):
     torch.testing.assert_close(teacher_forced(slots, *prompts["voice"]).main, want.main, atol=1e-5, rtol=1e-5)
     for name in ("hello", "sentences"):
         teacher_forced(slots, *prompts[name])
-    program.slot_outputs[home, :, 4:_system(voice)] += 1.0  # within its reference rows: only reuse carries it
+    program.slot_outputs[home, :, 4:system_rows(voice)] += 1.0  # within its reference rows: only reuse carries it
     assert not torch.allclose(teacher_forced(slots, *prompts["voice"]).main, want.main, atol=1e-3)
 
 
@@ -108,7 +105,7 @@ def test_a_full_set_of_slots_replaces_the_least_recently_used(prompts, tmp_path)
     program = _program(engine)
 
     def held(rows: torch.Tensor) -> bool:
-        k = _system(rows)
+        k = system_rows(rows)
         return bool(((program.slot_rows[:, :k] == rows[None, :k]).all(2).all(1) & (program.slot_length >= k)).any())
 
     for rows in (voice, other, voice):  # the other voice is now the less recently used
