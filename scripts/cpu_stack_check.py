@@ -4,7 +4,8 @@ reference (hello and voice) and a seeded generation against the kept engine's wi
 
     SWARM_HOME=<state> TRITON_INTERPRET=1 python3 scripts/cpu_stack_check.py --base <items> --plus <items>
 
-Items as gpu_fast_check's --kept-plus takes them (comma-separated; `renew:<name>` renews an applied transform).
+Items as gpu_fast_check's --kept-plus takes them (comma-separated; `renew:<name>` renews an applied transform;
+`leap` first in --base: the offline proposer's next leap on the kept engine).
 torch.compile is switched off: dynamo cannot trace the interpreter's kernels, and the compiled prefill's ops are
 checked by the transforms' own interpreter tests (tests/transforms/interpret_*.py, with aot_eager).
 """
@@ -28,7 +29,7 @@ from reference_runtime.model import build_engine  # noqa: E402
 from reference_runtime.prompt import build_rows  # noqa: E402
 from reference_runtime.teacher_forcing import teacher_forced  # noqa: E402
 from reference_runtime.weights import init_weights  # noqa: E402
-from scripts.gpu_fast_check import import_package, kept_engine, package_root, plus_files  # noqa: E402
+from scripts.gpu_fast_check import import_package, kept_record, kept_stack, package_root, title_and_files  # noqa: E402
 from scripts.interpreter_loops import runtime_trip_counts  # noqa: E402
 
 
@@ -49,11 +50,12 @@ def main() -> None:
     if os.environ.get("TRITON_INTERPRET") != "1":
         sys.exit("run with TRITON_INTERPRET=1: the engines' Triton kernels run under the interpreter on CPU")
     torch.compile = lambda fn=None, **_: fn if fn is not None else (lambda f: f)  # see the module docstring
-    base_items = [i for i in args.base.split(",") if i]
-    _, files = kept_engine(args.kept, "drama3")
+    record = kept_record(args.kept, "drama3")
+    _, base = kept_stack(record, title_and_files(record)[1], [i for i in args.base.split(",") if i])
+    _, checked = kept_stack(record, base, [i for i in args.plus.split(",") if i])  # `leap` only in --base
     root = package_root("cpu_stack_check_")
-    engines = {"base": import_package(plus_files(files, base_items), root, "stack_base"),
-               "checked": import_package(plus_files(files, base_items + args.plus.split(",")), root, "stack_checked")}
+    engines = {"base": import_package(base, root, "stack_base"),
+               "checked": import_package(checked, root, "stack_checked")}
     config = get_config("drama3-tiny")
     weights = init_weights(config, seed=0, device="cpu")
     ref = build_engine(config, weights, "cpu")

@@ -34,7 +34,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 
-from gpu_fast_check import RECIPES, import_package, kept_engine, package_root, plus_files, recipe_files, release  # noqa: E402
+from gpu_fast_check import (RECIPES, import_package, kept_record, kept_stack, package_root, recipe_files,  # noqa: E402
+                            release, title_and_files)
 
 from reference_runtime.api import StreamSchedule, TTSRequest  # noqa: E402
 from reference_runtime.bench import bench_requests  # noqa: E402
@@ -127,7 +128,8 @@ def main() -> None:
     source.add_argument("--kept", help="a kept engine of $SWARM_HOME's knowledge base: an id or 'best'")
     source.add_argument("--recipe", help=f"'reference' or a transform recipe of gpu_fast_check.py: {sorted(RECIPES)}")
     parser.add_argument("--kept-plus", default="",
-                        help="with --kept, these applied on top, comma-separated, as gpu_fast_check.py's --kept-plus")
+                        help="with --kept, these applied on top, comma-separated, as gpu_fast_check.py's --kept-plus "
+                             "('leap' first: the offline proposer's next leap on the kept engine)")
     parser.add_argument("--streams", default="1,4,16", help="concurrent stream counts, comma-separated")
     parser.add_argument("--prompt", default="sentences", help="benchmark prompt every stream speaks")
     parser.add_argument("--frames", type=int, default=200, help="frames per stream")
@@ -145,11 +147,13 @@ def main() -> None:
     if args.kept_plus and not args.kept:
         sys.exit("--kept-plus needs --kept")
     config, device = get_config(args.config), torch.device(args.device)
-    title, files = kept_engine(args.kept, config.name) if args.kept else \
-        (args.recipe, recipe_files(RECIPES.get(args.recipe, ())))
-    plus = [p for p in args.kept_plus.split(",") if p]
-    if plus:
-        title, files = f"{title} + {' + '.join(plus)}", plus_files(files, plus)
+    if args.kept:
+        record = kept_record(args.kept, config.name)
+        title, files = title_and_files(record)
+        plus, files = kept_stack(record, files, [p for p in args.kept_plus.split(",") if p])
+        title = " + ".join([title, *plus])
+    else:
+        title, files = args.recipe, recipe_files(RECIPES.get(args.recipe, ()))
     pkg = import_package(files, package_root("concurrency_"), "concurrency_engine")
     weights = init_weights(config, seed=0, device=device)
     engines = build_instances(pkg, config, weights, device, counts[-1])

@@ -262,6 +262,19 @@ def offline_leap(kept: KeptEngine, files: dict[str, str]) -> tuple[str, dict[str
              "two proven transforms it lacks); name the transforms instead")
 
 
+def kept_stack(kept: KeptEngine, files: dict[str, str], items: list[str]) -> tuple[list[str], dict[str, str]]:
+    """A --kept-plus stack on `kept` (its `files`): (the stack's labels, its files). `leap` first stands for
+    offline_leap's stack, labelled by its title; the other items are plus_files's."""
+    labels = list(items)
+    if items and items[0] == LEAP_ITEM:
+        title, files = offline_leap(kept, files)
+        print(title, flush=True)
+        items, labels = items[1:], [title, *items[1:]]
+    if LEAP_ITEM in items:
+        sys.exit(f"--kept-plus: {LEAP_ITEM} comes first in a stack, before what is added to it")
+    return labels, plus_files(files, items)
+
+
 def package_root(prefix: str) -> Path:
     """A fresh temporary directory on sys.path, for import_package; removed when the process exits, so repeated
     runs (CI runs the scripts' dry runs every time) leave nothing behind in /tmp."""
@@ -653,15 +666,8 @@ def main() -> None:
         if not args.plus_only:
             kept.append(("kept", [title], lambda: kept_files))
         for i, plus in enumerate(stacks):
-            base, items = kept_files, plus
-            if plus[0] == LEAP_ITEM:
-                leap_title, base = offline_leap(record, kept_files)
-                print(leap_title, flush=True)
-                items, plus = plus[1:], [leap_title, *plus[1:]]
-            if LEAP_ITEM in items:
-                sys.exit(f"--kept-plus: {LEAP_ITEM} comes first in a stack, before what is added to it")
-            plus_engine = plus_files(base, items)
-            kept.append((f"kept_plus{i + 1 if i else ''}", [title, *plus], lambda files=plus_engine: files))
+            labels, plus_engine = kept_stack(record, kept_files, plus)
+            kept.append((f"kept_plus{i + 1 if i else ''}", [title, *labels], lambda files=plus_engine: files))
     tol = load_target(REPO / "targets" / "drama3_h200.yaml").tolerances
     weights = init_weights(config, seed=0, device=device)
     sync()
