@@ -57,10 +57,11 @@ def _apply(files: Files, params: Params) -> list[Patch]:
 
 prefill_state_zero = Transform(
     name="prefill_state_zero",
-    # an estimate, not a measurement: 60 eager launches at ~4-5 us of host time each before the prefill graph
-    # (docs/benchmarks.md session 33's profile counts the 60 fills among the prefill's kernels), ~0.25 ms of a
-    # 14-22 ms TTFA
-    first_audio={"cuda": 1.012},
+    # measured on an H100 (session 37, docs/benchmarks.md), beside the pending leap alone, each prompt after the
+    # previous one: prefill 12.6 / 20.1 / 17.6 -> 12.4 / 19.8 / 17.4 ms, TTFA 14.1 / 21.9 / 19.5 -> 13.9 / 21.5 /
+    # 19.4 ms; 1.013 as the three TTFA ratios' geometric mean
+    first_audio={"cuda": 1.013},
+    proven=frozenset({"cuda"}),
     summary="zero a request's Gated DeltaNet states inside the prefill graph, two kernels over one buffer per kind, "
             "instead of two eager launches per DeltaNet layer on the host before it",
     feature="prefill",
