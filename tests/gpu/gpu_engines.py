@@ -150,6 +150,15 @@ def graphed_call_us(fn, args) -> float:
     return start.elapsed_time(end) / 20 * 1e3
 
 
+def mid_engines(load_package, *stacks: list[tuple[Transform, Params]]) -> tuple:
+    """(config, the eager reference, an engine per stack of (transform, params)) at drama3-mid on CUDA, one set of
+    seeded weights shared by all."""
+    config, device = config_named("drama3-mid"), torch.device("cuda")
+    weights = init_weights(config, seed=0, device=device)
+    return config, build_engine(config, weights, device), *(load_package(steps).build_engine(config, weights, device)
+                                                           for steps in stacks)
+
+
 def prefill_ms_after(engines: dict, before: list[torch.Tensor], rows: torch.Tensor,
                      trials: int = 6) -> dict[str, float]:
     """name -> median wall ms of each engine's prefill of `rows` right after its prefills of `before` (what a prefix

@@ -5,25 +5,19 @@ drama3-mid has 6 DeltaNet layers, the full model 30)."""
 from __future__ import annotations
 
 import pytest
-import torch
-from gpu_engines import assert_passes_gate, config_named, prefill_ms_after
+from gpu_engines import assert_passes_gate, mid_engines, prefill_ms_after
 from test_gpu_prefix_moe_cache import STACK
 
 from knowledge_base.transforms.prefill_state_zero import prefill_state_zero
 from reference_runtime.bench import bench_requests
-from reference_runtime.model import build_engine
 from reference_runtime.prompt import build_rows
-from reference_runtime.weights import init_weights
 
 pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture(scope="module")
 def engines(load_package):
-    config, device = config_named("drama3-mid"), torch.device("cuda")
-    weights = init_weights(config, seed=0, device=device)
-    return config, build_engine(config, weights, device), *(load_package(steps).build_engine(config, weights, device)
-                                                           for steps in (STACK, STACK + [(prefill_state_zero, {})]))
+    return mid_engines(load_package, STACK, STACK + [(prefill_state_zero, {})])
 
 
 def test_prompts_in_turn_twice_pass_the_gate(engines):

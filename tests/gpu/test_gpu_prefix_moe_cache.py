@@ -5,8 +5,7 @@ run with -s; drama3-mid has 32 experts a layer, so the full model's share of exp
 from __future__ import annotations
 
 import pytest
-import torch
-from gpu_engines import assert_passes_gate, config_named, prefill_ms_after
+from gpu_engines import assert_passes_gate, mid_engines, prefill_ms_after
 
 from knowledge_base.transforms.cuda_graph_frame import cuda_graph_frame
 from knowledge_base.transforms.cuda_graph_prefill import cuda_graph_prefill
@@ -15,9 +14,7 @@ from knowledge_base.transforms.triton_deltanet import triton_deltanet
 from knowledge_base.transforms.triton_prefill_moe import triton_prefill_moe
 from knowledge_base.transforms.triton_prefill_route import triton_prefill_route
 from reference_runtime.bench import bench_requests
-from reference_runtime.model import build_engine
 from reference_runtime.prompt import build_rows
-from reference_runtime.weights import init_weights
 
 pytestmark = pytest.mark.gpu
 STACK = [(cuda_graph_frame, {}), (triton_prefill_moe, {}), (triton_deltanet, {}), (cuda_graph_prefill, {}),
@@ -26,10 +23,7 @@ STACK = [(cuda_graph_frame, {}), (triton_prefill_moe, {}), (triton_deltanet, {})
 
 @pytest.fixture(scope="module")
 def engines(load_package):
-    config, device = config_named("drama3-mid"), torch.device("cuda")
-    weights = init_weights(config, seed=0, device=device)
-    return config, build_engine(config, weights, device), *(load_package(steps).build_engine(config, weights, device)
-                                                           for steps in (STACK, STACK + [(prefix_moe_cache, {})]))
+    return mid_engines(load_package, STACK, STACK + [(prefix_moe_cache, {})])
 
 
 def test_prompts_in_turn_pass_the_gate(engines):

@@ -6,17 +6,14 @@ skipped is not shown here, and 8 MoE layers, so a fifth of the slots' copies).""
 from __future__ import annotations
 
 import pytest
-import torch
-from gpu_engines import assert_passes_gate, config_named, prefill_ms_after
+from gpu_engines import assert_passes_gate, mid_engines, prefill_ms_after
 from test_gpu_prefix_moe_cache import STACK
 
 from knowledge_base.transforms.prefix_moe_cache import prefix_moe_cache
 from knowledge_base.transforms.prefix_moe_slots import prefix_moe_slots
 from knowledge_base.transforms.prefix_slots_in_place import prefix_slots_in_place
 from reference_runtime.bench import bench_requests
-from reference_runtime.model import build_engine
 from reference_runtime.prompt import build_rows
-from reference_runtime.weights import init_weights
 
 pytestmark = pytest.mark.gpu
 CACHED = STACK + [(prefix_moe_cache, {})]
@@ -25,11 +22,7 @@ SLOTS = CACHED + [(prefix_moe_slots, {})]
 
 @pytest.fixture(scope="module")
 def engines(load_package):
-    config, device = config_named("drama3-mid"), torch.device("cuda")
-    weights = init_weights(config, seed=0, device=device)
-    steps = (CACHED, SLOTS, SLOTS + [(prefix_slots_in_place, {})])
-    return config, build_engine(config, weights, device), *(load_package(s).build_engine(config, weights, device)
-                                                           for s in steps)
+    return mid_engines(load_package, CACHED, SLOTS, SLOTS + [(prefix_slots_in_place, {})])
 
 
 def test_prompts_in_turn_twice_pass_the_gate(engines):
