@@ -29,7 +29,8 @@ from reference_runtime.model import build_engine  # noqa: E402
 from reference_runtime.prompt import build_rows  # noqa: E402
 from reference_runtime.teacher_forcing import teacher_forced  # noqa: E402
 from reference_runtime.weights import init_weights  # noqa: E402
-from scripts.gpu_fast_check import import_package, kept_record, kept_stack, package_root, title_and_files  # noqa: E402
+from scripts.gpu_fast_check import (LEAP_ITEM, import_package, kept_record, kept_stack, package_root,  # noqa: E402
+                                    title_and_files)
 from scripts.interpreter_loops import runtime_trip_counts  # noqa: E402
 
 
@@ -50,9 +51,12 @@ def main() -> None:
     if os.environ.get("TRITON_INTERPRET") != "1":
         sys.exit("run with TRITON_INTERPRET=1: the engines' Triton kernels run under the interpreter on CPU")
     torch.compile = lambda fn=None, **_: fn if fn is not None else (lambda f: f)  # see the module docstring
+    plus = [i for i in args.plus.split(",") if i]
+    if LEAP_ITEM in plus:
+        sys.exit(f"--plus: {LEAP_ITEM} is the base's (--base {LEAP_ITEM}), not something checked on top of it")
     record = kept_record(args.kept, "drama3")
     _, base = kept_stack(record, title_and_files(record)[1], [i for i in args.base.split(",") if i])
-    _, checked = kept_stack(record, base, [i for i in args.plus.split(",") if i])  # `leap` only in --base
+    _, checked = kept_stack(record, base, plus)
     root = package_root("cpu_stack_check_")
     engines = {"base": import_package(base, root, "stack_base"),
                "checked": import_package(checked, root, "stack_checked")}
