@@ -159,6 +159,12 @@ def mid_engines(load_package, *stacks: list[tuple[Transform, Params]]) -> tuple:
                                                            for steps in stacks)
 
 
+def bench_rows(config: Drama3Config, tokenizer, names: tuple[str, ...]) -> dict[str, torch.Tensor]:
+    """name -> the benchmark prompt's rows on CUDA."""
+    requests = bench_requests(config, 1)
+    return {name: build_rows(config, requests[name], tokenizer).cuda() for name in names}
+
+
 def prefill_ms_after(engines: dict, before: list[torch.Tensor], rows: torch.Tensor,
                      trials: int = 6) -> dict[str, float]:
     """name -> median wall ms of each engine's prefill of `rows` right after its prefills of `before` (what a prefix

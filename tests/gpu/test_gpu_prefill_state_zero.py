@@ -5,12 +5,10 @@ drama3-mid has 6 DeltaNet layers, the full model 30)."""
 from __future__ import annotations
 
 import pytest
-from gpu_engines import assert_passes_gate, mid_engines, prefill_ms_after
+from gpu_engines import assert_passes_gate, bench_rows, mid_engines, prefill_ms_after
 from test_gpu_prefix_moe_cache import STACK
 
 from knowledge_base.transforms.prefill_state_zero import prefill_state_zero
-from reference_runtime.bench import bench_requests
-from reference_runtime.prompt import build_rows
 
 pytestmark = pytest.mark.gpu
 
@@ -28,8 +26,7 @@ def test_prompts_in_turn_twice_pass_the_gate(engines):
 
 def test_hello_prefill_time(engines):
     config, _, plain, zeroed = engines
-    requests = bench_requests(config, 1)
-    rows = {name: build_rows(config, requests[name], plain.tokenizer).cuda() for name in ("voice", "hello")}
+    rows = bench_rows(config, plain.tokenizer, ("voice", "hello"))
     ms = prefill_ms_after({"host resets": plain, "graph zeroes": zeroed}, [rows["voice"]], rows["hello"])
     print(f"\ndrama3-mid hello prefill after voice: {ms['host resets']:.2f} ms with the host's resets, "
           f"{ms['graph zeroes']:.2f} ms zeroed in the graph")

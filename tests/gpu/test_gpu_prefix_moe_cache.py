@@ -5,7 +5,7 @@ run with -s; drama3-mid has 32 experts a layer, so the full model's share of exp
 from __future__ import annotations
 
 import pytest
-from gpu_engines import assert_passes_gate, mid_engines, prefill_ms_after
+from gpu_engines import assert_passes_gate, bench_rows, mid_engines, prefill_ms_after
 
 from knowledge_base.transforms.cuda_graph_frame import cuda_graph_frame
 from knowledge_base.transforms.cuda_graph_prefill import cuda_graph_prefill
@@ -13,8 +13,6 @@ from knowledge_base.transforms.prefix_moe_cache import prefix_moe_cache
 from knowledge_base.transforms.triton_deltanet import triton_deltanet
 from knowledge_base.transforms.triton_prefill_moe import triton_prefill_moe
 from knowledge_base.transforms.triton_prefill_route import triton_prefill_route
-from reference_runtime.bench import bench_requests
-from reference_runtime.prompt import build_rows
 
 pytestmark = pytest.mark.gpu
 STACK = [(cuda_graph_frame, {}), (triton_prefill_moe, {}), (triton_deltanet, {}), (cuda_graph_prefill, {}),
@@ -33,8 +31,7 @@ def test_prompts_in_turn_pass_the_gate(engines):
 
 def test_hello_after_voice_prefill_time(engines):
     config, _, plain, cached = engines
-    requests = bench_requests(config, 1)
-    rows = {name: build_rows(config, requests[name], plain.tokenizer).cuda() for name in ("voice", "hello")}
+    rows = bench_rows(config, plain.tokenizer, ("voice", "hello"))
     ms = prefill_ms_after({"plain": plain, "cached": cached}, [rows["voice"]], rows["hello"])
     print(f"\ndrama3-mid hello prefill after voice: {ms['plain']:.2f} ms without the cache, {ms['cached']:.2f} ms "
           "with it")

@@ -6,14 +6,12 @@ skipped is not shown here, and 8 MoE layers, so a fifth of the slots' copies).""
 from __future__ import annotations
 
 import pytest
-from gpu_engines import assert_passes_gate, mid_engines, prefill_ms_after
+from gpu_engines import assert_passes_gate, bench_rows, mid_engines, prefill_ms_after
 from test_gpu_prefix_moe_cache import STACK
 
 from knowledge_base.transforms.prefix_moe_cache import prefix_moe_cache
 from knowledge_base.transforms.prefix_moe_slots import prefix_moe_slots
 from knowledge_base.transforms.prefix_slots_in_place import prefix_slots_in_place
-from reference_runtime.bench import bench_requests
-from reference_runtime.prompt import build_rows
 
 pytestmark = pytest.mark.gpu
 CACHED = STACK + [(prefix_moe_cache, {})]
@@ -34,8 +32,7 @@ def test_prompts_in_turn_twice_pass_the_gate(engines):
 
 def test_voice_after_sentences_prefill_time(engines):
     config, _, cached, slots, in_place = engines
-    requests = bench_requests(config, 1)
-    rows = {name: build_rows(config, requests[name], cached.tokenizer).cuda() for name in ("voice", "sentences")}
+    rows = bench_rows(config, cached.tokenizer, ("voice", "sentences"))
     ms = prefill_ms_after({"one slot": cached, "slots": slots, "in place": in_place},
                           [rows["voice"], rows["sentences"]], rows["voice"])
     print(f"\ndrama3-mid voice prefill after sentences: {ms['one slot']:.2f} ms with one slot, {ms['slots']:.2f} ms "
