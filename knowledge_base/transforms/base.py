@@ -138,6 +138,14 @@ class Transform:
         return f"{self.name}({args})"
 
 
+def require_files(files: Files, transform: str, needs: Mapping[str, str]) -> None:
+    """NotApplicable unless the package has every file of `needs` (path -> the transform that adds it), naming the
+    transforms to apply first."""
+    missing = [name for path, name in needs.items() if path not in files]
+    if missing:
+        raise NotApplicable(f"{transform}: apply {' and '.join(missing)} first")
+
+
 def replace_once(files: Files, path: str, search: str, replace: str) -> Patch:
     """A patch of `path`, after checking `search` occurs in it exactly once (else NotApplicable)."""
     source = files.get(path)

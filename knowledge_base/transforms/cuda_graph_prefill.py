@@ -8,7 +8,7 @@ buckets). The engine files it adds live in templates/cuda_graph_prefill/.
 """
 from __future__ import annotations
 
-from .base import Files, NotApplicable, Params, Patch, Transform, replace_once, template_files
+from .base import Files, Params, Patch, Transform, replace_once, require_files, template_files
 
 ENGINE, DELTANET, KV, MOE = "graph_engine.py", "deltanet.py", "kv_cache.py", "moe.py"
 _NEEDS = {"graph_engine.py": "cuda_graph_frame", "grouped_moe.py": "triton_prefill_moe",
@@ -108,9 +108,7 @@ def _op_patches(files: Files) -> list[Patch]:
 
 
 def _apply(files: Files, params: Params) -> list[Patch]:
-    missing = [name for path, name in _NEEDS.items() if path not in files]
-    if missing:
-        raise NotApplicable(f"cuda_graph_prefill builds on {', '.join(missing)}: apply it first")
+    require_files(files, "cuda_graph_prefill", _NEEDS)
     min_rows, prewarm_rows = int(params["min_rows"]), int(params["prewarm_rows"])
     if min_rows < 2 or min_rows & (min_rows - 1):
         raise ValueError(f"cuda_graph_prefill: min_rows ({min_rows}) must be a power of two >= 2")

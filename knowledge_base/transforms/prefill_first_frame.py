@@ -9,7 +9,7 @@ glue (the engine on CPU) the prefill and its predict step stay as they were.
 """
 from __future__ import annotations
 
-from .base import Files, NotApplicable, Params, Patch, Transform, replace_once
+from .base import Files, NotApplicable, Params, Patch, Transform, replace_once, require_files
 
 ENGINE, GRAPHS, PROGRAM = "graph_engine.py", "prefill_graphs.py", "prefill_program.py"
 _NEEDS = {"frame_pipeline.py": "pipelined_frames", "prefill_program.py": "cuda_graph_prefill"}
@@ -198,9 +198,7 @@ tower_layer = _step(_tower_layer)
 
 
 def _apply(files: Files, params: Params) -> list[Patch]:
-    missing = [name for path, name in _NEEDS.items() if path not in files]
-    if missing:
-        raise NotApplicable(f"prefill_first_frame builds on {', '.join(missing)}: apply it first")
+    require_files(files, "prefill_first_frame", _NEEDS)
     if "_tower_with_first_frame" in files[PROGRAM]:
         raise NotApplicable("prefill_first_frame is applied already")
     return [*_engine_patches(files), *_graphs_patches(files), *_program_patches(files)]

@@ -7,7 +7,7 @@ program zeroes both buffers first thing, so the zeroing is captured into the gra
 """
 from __future__ import annotations
 
-from .base import Files, NotApplicable, Params, Patch, Transform, replace_once
+from .base import Files, Params, Patch, Transform, replace_once, require_files
 
 STATE, PROGRAM = "static_state.py", "prefill_program.py"
 _NEEDS = {STATE: "cuda_graph_frame", PROGRAM: "cuda_graph_prefill"}
@@ -29,9 +29,7 @@ _RUN = "        rows, positions = self.rows[:bucket], self.state.buf.rows[:bucke
 
 
 def _apply(files: Files, params: Params) -> list[Patch]:
-    for path, name in _NEEDS.items():
-        if path not in files:
-            raise NotApplicable(f"prefill_state_zero needs {name} ({path})")
+    require_files(files, "prefill_state_zero", _NEEDS)
     return [
         replace_once(files, STATE, _STATES, """\
         # prefill_state_zero: the DeltaNet layers' states are views of one buffer per kind, which the prefill graph

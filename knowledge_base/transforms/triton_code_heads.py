@@ -7,7 +7,8 @@ templates/triton_code_heads/.
 from __future__ import annotations
 
 from .backbone_kernels import STEP, SWITCH, triton_switch
-from .base import TEMPLATES, Files, Knobs, NotApplicable, Params, Patch, Transform, replace_once, template_files
+from .base import (TEMPLATES, Files, Knobs, NotApplicable, Params, Patch, Transform, replace_once, require_files,
+                   template_files)
 
 _NOISE = "        self.noise = NoiseTable(FIRST_CODE + config.num_codebooks - 1, width, device)\n"
 _LOOP = """\
@@ -29,10 +30,9 @@ KNOBS = Knobs("code_heads_params.py", "triton_code_heads", {
 
 
 def _apply(files: Files, params: Params) -> list[Patch]:
-    missing = [name for name, path in (("triton_tower", "triton_tower.py"), ("triton_sampling", "triton_sampling.py"))
-               if path not in files]
-    if missing:  # the kernel takes the arrival ticket from triton_tower and the race from triton_sampling
-        raise NotApplicable(f"triton_code_heads: apply {' and '.join(missing)} first")
+    # the kernel takes the arrival ticket from triton_tower and the race from triton_sampling
+    require_files(files, "triton_code_heads",
+                  {"triton_tower.py": "triton_tower", "triton_sampling.py": "triton_sampling"})
     if files["triton_sampling.py"] != (TEMPLATES / "triton_sampling" / "triton_sampling.py").read_text():
         raise NotApplicable("triton_code_heads: renew triton_sampling first (the kernel calls today's race)")
     sizes = KNOBS.powers_of_two(params)
