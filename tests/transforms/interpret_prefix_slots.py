@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import random
 
 import pytest
 import torch
@@ -16,6 +17,7 @@ from test_cuda_graphs import CFG, GREEDY, REFERENCE, load, transformed
 from torch._dynamo.utils import counters
 
 from candidates.repo import engine_files
+from evaluator.inputs import random_codes
 from knowledge_base.transforms.cuda_graph_frame import cuda_graph_frame
 from knowledge_base.transforms.cuda_graph_prefill import cuda_graph_prefill
 from knowledge_base.transforms.prefix_moe_cache import prefix_moe_cache
@@ -36,10 +38,7 @@ FRAMES = 2
 
 
 def _voice(seed: int) -> VoiceReference:
-    gen = torch.Generator().manual_seed(seed)
-    codes = torch.cat((torch.randint(CFG.codebook_size, (1, 6), generator=gen),
-                       torch.randint(CFG.codec.residual_codebook_size, (CFG.num_codebooks - 1, 6), generator=gen)))
-    return VoiceReference("Me.", codes)
+    return VoiceReference("Me.", random_codes(CFG, random.Random(seed), 6))
 
 
 @pytest.fixture(scope="module")

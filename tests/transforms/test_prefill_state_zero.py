@@ -9,24 +9,18 @@ import torch
 from candidates.repo import engine_files
 from knowledge_base.transforms import NotApplicable
 from knowledge_base.transforms.prefill_state_zero import prefill_state_zero
-from reference_runtime.api import TTSRequest
-from reference_runtime.prompt import build_rows
 from reference_runtime.teacher_forcing import teacher_forced
 from reference_runtime.weights import init_weights
 
 from test_cuda_graphs import CFG, GREEDY, REFERENCE, assert_applies_once_on_top_of, load, transformed
 from test_prefill_row_ladder import STACK
+from test_prefix_moe_cache import _prompt
 
 
 @pytest.fixture(scope="module")
 def packages(tmp_path_factory):
     root, files = tmp_path_factory.mktemp("state_zero"), transformed(engine_files(REFERENCE), STACK)
     return [load(f, root) for f in (files, transformed(files, [prefill_state_zero]))]
-
-
-def _prompt(engine, text: str) -> tuple[torch.Tensor, torch.Tensor]:
-    request = TTSRequest(text=text, max_frames=3, ignore_eos=True, sampling=GREEDY, seed=0)
-    return build_rows(CFG, request, engine.tokenizer), engine.generate(request).frames
 
 
 def test_applies_once_on_top_of_the_graphed_prefill():
