@@ -24,7 +24,6 @@ from .prefill_row_ladder import prefill_row_ladder
 from .prefill_state_zero import prefill_state_zero
 from .prefix_moe_cache import prefix_moe_cache
 from .prefix_moe_slots import prefix_moe_slots
-from .prefix_slots_in_place import prefix_slots_in_place
 from .sampling import graph_topk_sampling, topk_first_sampling
 from .triton_backbone_attention import triton_backbone_attention
 from .triton_backbone_deltanet import triton_backbone_deltanet
@@ -51,8 +50,7 @@ ALL: tuple[Transform, ...] = (fp8_dequant_at_build, moe_dispatch, rope_tables, g
                               triton_frame_glue, pipelined_frames, fused_sdpa, prefill_row_ladder,
                               codec_conv_autotune, codec_channels_last, prefix_moe_cache, triton_deltanet_prep,
                               prefill_first_frame, triton_deltanet_chunks, codec_upsample_channels_last,
-                              codec_context_trim, prefix_moe_slots, prefill_state_zero,
-                              prefix_slots_in_place)
+                              codec_context_trim, prefix_moe_slots, prefill_state_zero)
 TRANSFORMS: dict[str, Transform] = {t.name: t for t in ALL}
 
 __all__ = ["ALL", "TRANSFORMS", "NotApplicable", "Params", "Patch", "Transform"]

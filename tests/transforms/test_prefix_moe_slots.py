@@ -2,8 +2,7 @@
 benchmark's rotation (hello, sentences, voice, then again) every prompt gets the teacher-forced logits of the stack
 without any cache; the voice prompt after the others reuses its own reference rows from its slot (corrupting that
 slot moves the logits, corrupting the others does not); with every slot taken by other system turns, the least
-recently used one is replaced; and a stream after generate gives generate's sampled frames. Each test runs on
-prefix_moe_slots alone and with prefix_slots_in_place (the MoE layers reading and writing the slots directly)."""
+recently used one is replaced; and a stream after generate gives generate's sampled frames."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -15,7 +14,6 @@ from candidates.repo import engine_files
 from knowledge_base.transforms import NotApplicable
 from knowledge_base.transforms.prefix_moe_cache import prefix_moe_cache
 from knowledge_base.transforms.prefix_moe_slots import prefix_moe_slots
-from knowledge_base.transforms.prefix_slots_in_place import prefix_slots_in_place
 from reference_runtime.api import SamplingParams, StreamSchedule
 from reference_runtime.bench import bench_requests
 from reference_runtime.prompt import build_rows
@@ -31,24 +29,19 @@ STACK = [*UNCACHED, prefix_moe_cache]
 ROTATION = ("hello", "sentences", "voice")
 
 
-@pytest.fixture(scope="module", params=["staged", "in_place"])
-def on_top(request) -> list:
-    """What follows prefix_moe_slots (applied with its first variant, or `slots` where a test says)."""
-    return [] if request.param == "staged" else [prefix_slots_in_place]
-
-
-def _slots_files(on_top: list, slots: int | None = None) -> dict[str, str]:
+def _slots_files(slots: int | None = None) -> dict[str, str]:
+    """The stack with prefix_moe_slots' first variant, or `slots` where a test says."""
     base = transformed(engine_files(REFERENCE), STACK)
     params = next(prefix_moe_slots.variants()) | ({} if slots is None else {"slots": slots})
-    return transformed(apply_edits(base, patch_edits(prefix_moe_slots.apply(base, params))), on_top)
+    return apply_edits(base, patch_edits(prefix_moe_slots.apply(base, params)))
 
 
 @pytest.fixture(scope="module")
-def engines(tmp_path_factory, on_top):
+def engines(tmp_path_factory):
     root = tmp_path_factory.mktemp("slots")
     weights = init_weights(CFG, seed=0, device="cpu")
     return [load(f, root).build_engine(CFG, weights, "cpu")
-            for f in (transformed(engine_files(REFERENCE), UNCACHED), _slots_files(on_top))]
+            for f in (transformed(engine_files(REFERENCE), UNCACHED), _slots_files())]
 
 
 @pytest.fixture(scope="module")
@@ -72,9 +65,6 @@ def test_applies_once_on_top_of_prefix_moe_cache():
         prefix_moe_slots.apply(transformed(engine_files(REFERENCE), UNCACHED), {"slots": 4})
     with pytest.raises(ValueError, match="at least 2"):
         prefix_moe_slots.apply(transformed(engine_files(REFERENCE), STACK), {"slots": 1})
-    assert_applies_once_on_top_of(prefix_slots_in_place, [*STACK, prefix_moe_slots])
-    with pytest.raises(NotApplicable):  # it replaces the slots' working buffer
-        prefix_slots_in_place.apply(transformed(engine_files(REFERENCE), STACK), {})
 
 
 def test_the_rotation_gives_the_uncached_logits(engines, prompts):
@@ -112,10 +102,10 @@ def test_voice_after_the_others_reuses_its_own_reference_rows(engines, prompts):
     assert not torch.allclose(teacher_forced(slots, *prompts["voice"]).main, want.main, atol=1e-3)
 
 
-def test_a_full_set_of_slots_replaces_the_least_recently_used(prompts, on_top, tmp_path):
+def test_a_full_set_of_slots_replaces_the_least_recently_used(prompts, tmp_path):
     """Two slots, three system turns (the voice, another voice, no voice): the third replaces the older voice."""
     weights = init_weights(CFG, seed=0, device="cpu")
-    engine = load(_slots_files(on_top, slots=2), tmp_path).build_engine(CFG, weights, "cpu")
+    engine = load(_slots_files(slots=2), tmp_path).build_engine(CFG, weights, "cpu")
     voice, frames = prompts["voice"]
     other = build_rows(CFG, bench_requests(CFG, 3, seed=1)["voice"], engine.tokenizer)  # another reference
     program = _program(engine)
@@ -131,10 +121,10 @@ def test_a_full_set_of_slots_replaces_the_least_recently_used(prompts, on_top, t
     assert held(voice) and held(prompts["hello"][0]) and not held(other)
 
 
-def test_a_stream_after_generate_samples_the_same_frames(on_top, tmp_path):
+def test_a_stream_after_generate_samples_the_same_frames(tmp_path):
     """The evaluator's order: other prompts, then generate, then the same request streamed: the stream reuses what
     generate stored, so its sampled frames are generate's."""
-    engine = load(_slots_files(on_top), tmp_path).build_engine(CFG, init_weights(CFG, seed=0, device="cpu"), "cpu")
+    engine = load(_slots_files(), tmp_path).build_engine(CFG, init_weights(CFG, seed=0, device="cpu"), "cpu")
     requests = {name: replace(r, sampling=SamplingParams(), seed=7) for name, r in bench_requests(CFG, 12).items()}
     for name in ROTATION:
         engine.generate(requests[name])
