@@ -23,7 +23,9 @@ import argparse
 import atexit
 import gc
 import importlib
+import itertools
 import json
+import random
 import shutil
 import statistics
 import sys
@@ -31,8 +33,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from functools import partial
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -42,13 +43,14 @@ sys.path.insert(0, str(REPO))
 
 from candidates.repo import EngineRepo, engine_files, write_files
 from evaluator.compare import Logits, check_logits
+from evaluator.inputs import random_codes
 from evaluator.profile_summary import self_times
 from knowledge_base import KeptEngine, KnowledgeStore
 from knowledge_base.transforms import TRANSFORMS, NotApplicable
 from knowledge_base.transforms.base import literal
 from knowledge_base.transforms.renew import renewal
 from knowledge_base.transforms.retune import retunes
-from reference_runtime.api import SamplingParams, StreamSchedule
+from reference_runtime.api import SamplingParams, StreamSchedule, TTSRequest
 from reference_runtime.bench import bench_requests, measure_trial
 from reference_runtime.config import get_config
 from reference_runtime.frame_bytes import frame_bytes, prefill_bytes
@@ -363,12 +365,22 @@ def expert_counts(engine) -> torch.Tensor | None:
     return None if backbone is None or not hasattr(backbone, "expert_counts") else backbone.expert_counts().clone()
 
 
-FOLLOWS = ("self", "previous")  # what a timed prefill follows: the same prompt's prefill, or the previous prompt's
+# What a timed prefill follows: the same request's prefill, or the previous prompt's with fresh voice references
+FOLLOWS = ("self", "rotation")
 
 
 def follow_label(prompt: str, follow: str) -> str:
-    """A prompt's name in the report: bare when it follows itself, else marked as following the previous prompt."""
-    return prompt if follow == "self" else f"{prompt}/after-previous"
+    """A prompt's name in the report: bare when it follows itself, else marked as timed in the rotation."""
+    return prompt if follow == "self" else f"{prompt}/rotation"
+
+
+def fresh_voice(config, request: TTSRequest, key: str) -> TTSRequest:
+    """`request` with new codes of the same length for each voice reference, drawn from `key`: the evaluator gives
+    every trial fresh reference codes (evaluator.inputs), so an in-run prefix cache cannot keep a voice across its
+    trials; timings that repeat one voice time a cache hit the judge never sees."""
+    rng = random.Random(key)
+    return replace(request, references=tuple(replace(r, codes=random_codes(config, rng, r.codes.shape[1]))
+                                             for r in request.references))
 
 
 def time_streams(engines: list[tuple[Report, object]], config, frames: int, trials: int,
@@ -376,40 +388,44 @@ def time_streams(engines: list[tuple[Report, object]], config, frames: int, tria
     """Each prompt's prefill and streamed trials on every engine, interleaved: trial t runs the engines in an order
     rotated by t, so no engine always goes first. An engine whose stream fails gets the error and leaves. Per
     codec overlap (None: each chunk re-decodes the whole history), the prompts again, named "<prompt>/overlap<n>".
-    Per follow: "self", a timed prefill or stream follows the same prompt's, the best case of an in-run prefix cache
-    (voice repeats its reference rows); "previous" (the prompt's name then ends in "/after-previous"), an untimed
-    prefill of the previous prompt in the list comes first, as in the evaluator's rotation."""
+    Per follow: "self", a timed prefill or stream follows the same request's, the best case of an in-run prefix
+    cache (voice repeats its reference rows); "rotation" (the prompt's name then ends in "/rotation"), as the
+    evaluator's trials: an untimed prefill of the previous prompt in the list comes first, and every prefill and
+    stream, timed or not, gets fresh voice reference codes (the same on every engine within a trial)."""
     timed = list(engines)
     requests = bench_requests(config, frames)
     names = list(requests)
     streams = [(follow_label(name if overlap is None else f"{name}/overlap{overlap}", follow), requests[name],
                 StreamSchedule(first_chunk_frames=1, overlap_frames=overlap),
-                requests[names[i - 1]] if follow == "previous" else None)
+                requests[names[i - 1]] if follow == "rotation" else None)
                for follow in follows for overlap in overlaps for i, name in enumerate(names)]
-    for name, request, schedule, previous in streams:
+    for name, base, schedule, previous in streams:
         prefills: dict[str, list[float]] = {r.engine: [] for r, _ in timed}
         prefill_gb: dict[str, float] = {}
         results: dict[str, list] = {r.engine: [] for r, _ in timed}
 
-        def trial(report: Report, engine, warm_up: bool) -> None:
+        def trial(report: Report, engine, t: int) -> None:
+            """Trial t (-1: the warm-up) of one engine."""
+            def draw(request: TTSRequest, role: str) -> TTSRequest:
+                return request if previous is None else fresh_voice(config, request, f"{name}/{t}/{role}")
+
+            def follow(role: str) -> None:
+                if previous is not None:
+                    rows = build_rows(config, draw(previous, role), engine.tokenizer).to(engine.device)
+                    engine.prefill(rows, SamplingParams(), 0)
+
             try:
-                ahead = None if previous is None else build_rows(config, previous, engine.tokenizer).to(engine.device)
-
-                def follow() -> None:
-                    if ahead is not None:
-                        engine.prefill(ahead, SamplingParams(), 0)
-
-                if not warm_up:
-                    rows = build_rows(config, request, engine.tokenizer).to(engine.device)
-                    follow()
+                if t >= 0:
+                    rows = build_rows(config, draw(base, "prefill"), engine.tokenizer).to(engine.device)
+                    follow("before prefill")
                     before = expert_counts(engine)
                     prefills[report.engine].append(wall_ms(lambda: engine.prefill(rows, SamplingParams(), 0), 1))
                     if before is not None:
                         read = int((expert_counts(engine) != before).sum())
                         prefill_gb[report.engine] = prefill_bytes(config, read, default_dtype(config).itemsize) / 1e9
-                follow()
-                result = measure_trial(engine, request, schedule)
-                if not warm_up:
+                follow("before stream")
+                result = measure_trial(engine, draw(base, "stream"), schedule)
+                if t >= 0:
                     results[report.engine].append(result)
             except Exception as e:  # noqa: BLE001 - one engine's failure must not stop the others
                 report.error = f"stream {name}: {type(e).__name__}: {e}"
@@ -417,10 +433,10 @@ def time_streams(engines: list[tuple[Report, object]], config, frames: int, tria
                 timed.remove((report, engine))
 
         for report, engine in list(timed):
-            trial(report, engine, warm_up=True)
+            trial(report, engine, -1)
         for t in range(trials):
             for report, engine in timed[t % max(len(timed), 1):] + timed[:t % max(len(timed), 1)]:
-                trial(report, engine, warm_up=False)
+                trial(report, engine, t)
         for report, _ in timed:
             got = results[report.engine]
             beyond = None if report.decode_ms_events is None else statistics.median(
@@ -502,20 +518,25 @@ def kernel_profile(report: Report, engine, config, frames: int = 4, follows: tup
     """The decode frame run eagerly (same kernels as its graph, launched one by one) and the voice and hello
     prompts' prefills, under the profiler: device time and launches per call of the costliest kernels, and their
     total (for a prefill, set against its wall time: the gap is host overhead). Each prefill follows what
-    time_streams's follows make it follow: its own prompt's, or the previous benchmark prompt's."""
+    time_streams's follows make it follow: the same request's, or (rotation) the previous benchmark prompt's, every
+    call with fresh voice references."""
     sampling = SamplingParams()
     requests = bench_requests(config, 1)
     names = list(requests)
     for follow in follows:
         for prompt in ("voice", "hello"):  # hello last: the decode below continues its prefill
-            rows = build_rows(config, requests[prompt], engine.tokenizer).to(engine.device)
+            rows = [build_rows(config, requests[prompt], engine.tokenizer).to(engine.device)]  # before() redraws
             before = None
-            if follow == "previous":
-                ahead = build_rows(config, requests[names[names.index(prompt) - 1]], engine.tokenizer).to(engine.device)
-                before = partial(engine.prefill, ahead, sampling, 0)
+            if follow == "rotation":
+                def before(prompt=prompt, rows=rows, draws=itertools.count()) -> None:
+                    key, previous = f"{prompt}/{next(draws)}", requests[names[names.index(prompt) - 1]]
+                    ahead = build_rows(config, fresh_voice(config, previous, f"{key}/previous"), engine.tokenizer)
+                    engine.prefill(ahead.to(engine.device), sampling, 0)
+                    rows[0] = build_rows(config, fresh_voice(config, requests[prompt], key),
+                                         engine.tokenizer).to(engine.device)
             # 40 rows: thousands of small kernels share the prefill's time, the GEMMs and delta rule only 17 of 27 ms
             report.prefill_kernels[follow_label(prompt, follow)] = profiled(
-                lambda rows=rows: engine.prefill(rows, sampling, 0), 2, top=40, before=before)
+                lambda rows=rows: engine.prefill(rows[0], sampling, 0), 2, top=40, before=before)
     span = engine._span(engine._rows + 2 * frames)
     with torch.inference_mode():
         report.kernels = profiled(lambda: engine.program.run("frame", span, sampling), frames)
@@ -618,9 +639,10 @@ def main() -> None:
                              "(the whole history, as the targets' default) or frames (SGLang-Omni: 32)")
     parser.add_argument("--follow", default="self", type=follows_arg,
                         help="what each timed (and profiled) prefill follows, comma-separated, each timed: 'self' "
-                             "(the same prompt's prefill: an in-run prefix cache's best case) or 'previous' (the "
-                             "previous prompt's, as in the evaluator's rotation: a prefix cache then reuses only "
-                             "what the two share; such prompts' names end in /after-previous)")
+                             "(the same request's prefill: an in-run prefix cache's best case) or 'rotation' (the "
+                             "previous prompt's, every call with fresh voice reference codes, as the evaluator's "
+                             "trials: a prefix cache then reuses only what the two share; such prompts' names end "
+                             "in /rotation)")
     parser.add_argument("--reference-frames", type=int, default=16, help="the eager reference is slow: fewer frames")
     parser.add_argument("--budget-s", type=float, default=330,
                         help="start no engine after the first one once this many seconds have passed since the "

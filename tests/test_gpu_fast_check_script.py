@@ -146,15 +146,16 @@ def test_no_reference_times_the_kept_engine_without_a_gate(tmp_path):
 
 
 class _Recorder:
-    """An engine that only records which prompt (by its row count) each prefill took."""
+    """An engine that only records which prompt (by its row count) each prefill took, and the rows themselves."""
 
     device = torch.device("cpu")
 
-    def __init__(self, tokenizer, log: list[tuple[str, int]]):
-        self.tokenizer, self.log = tokenizer, log
+    def __init__(self, tokenizer, log: list[tuple[str, int]], seen: list[tuple[int, bytes]]):
+        self.tokenizer, self.log, self.seen = tokenizer, log, seen
 
     def prefill(self, rows, sampling, seed):
         self.log.append(("prefill", rows.shape[0]))
+        self.seen.append((rows.shape[0], rows.numpy().tobytes()))
 
     # the decode frame that kernel_profile profiles after the prefills
     _rows = 0
@@ -167,11 +168,17 @@ class _Recorder:
         return SimpleNamespace(run=lambda stage, span, sampling: self.log.append((stage, span)))
 
 
-@pytest.mark.parametrize("follows", [("self",), ("previous",), ("self", "previous")])
+def _assert_voices(follows: tuple[str, ...], voice_rows: int, seen: list[tuple[int, bytes]]) -> None:
+    """Each voice prompt the engine saw: one fixed voice when timed after itself; in the rotation a fresh reference
+    on every call, as the evaluator's trials (a repeated one would time a prefix-cache hit the judge never sees)."""
+    voices = [rows for n, rows in seen if n == voice_rows]
+    assert len(set(voices)) == (len(voices) if follows == ("rotation",) else 1)
+
+
+@pytest.mark.parametrize("follows", [("self",), ("rotation",)])
 def test_each_timed_prompt_follows_itself_or_the_previous_prompt(monkeypatch, follows):
-    """What an in-run prefix cache holds when a prompt is timed: by default the same prompt's rows (its best case);
-    with --follow previous the previous prompt's, as in the evaluator's rotation; with both, each case is timed
-    under its own name."""
+    """What an in-run prefix cache holds when a prompt is timed: by default the same request's rows (its best case);
+    with --follow rotation the previous prompt's, every voice reference fresh, as in the evaluator's trials."""
     monkeypatch.syspath_prepend(str(SCRIPT.parent))
     fast_check = importlib.import_module("gpu_fast_check")
     config = get_config("drama3-tiny")
@@ -179,49 +186,69 @@ def test_each_timed_prompt_follows_itself_or_the_previous_prompt(monkeypatch, fo
     rows = {name: build_rows(config, r, tokenizer).shape[0] for name, r in bench_requests(config, 2).items()}
     assert len(set(rows.values())) == len(rows)  # a prompt is known by its row count
     log: list[tuple[str, int]] = []
+    seen: list[tuple[int, bytes]] = []
 
     def stream(engine, request, schedule):
-        log.append(("stream", build_rows(config, request, tokenizer).shape[0]))
+        built = build_rows(config, request, tokenizer)
+        log.append(("stream", built.shape[0]))
+        seen.append((built.shape[0], built.numpy().tobytes()))
         return SimpleNamespace(ttfa_ms=1.0, frames_per_s=1.0, rtf=1.0, total_s=1.0, num_frames=2)
 
     monkeypatch.setattr(fast_check, "measure_trial", stream)
     report = fast_check.Report("recorder", [])
-    fast_check.time_streams([(report, _Recorder(tokenizer, log))], config, 2, 2, follows=follows)
+    fast_check.time_streams([(report, _Recorder(tokenizer, log, seen))], config, 2, 2, follows=follows)
     names, expected = list(rows), []
     assert report.error is None and sorted(report.prompts) == sorted(
-        name if follow == "self" else f"{name}/after-previous" for follow in follows for name in names)
+        name if follow == "self" else f"{name}/rotation" for follow in follows for name in names)
     for follow in follows:
         for i, name in enumerate(names):
-            first = [("prefill", rows[names[i - 1]])] if follow == "previous" else []
+            first = [("prefill", rows[names[i - 1]])] if follow == "rotation" else []
             expected += [*first, ("stream", rows[name])]  # the warm-up
             for _ in range(2):  # each timed trial: its prefill, then its stream
                 expected += [*first, ("prefill", rows[name]), *first, ("stream", rows[name])]
     assert log == expected
+    _assert_voices(follows, rows["voice"], seen)
 
 
-@pytest.mark.parametrize("follows", [("self",), ("previous",), ("self", "previous")])
+def test_engines_of_one_trial_get_the_same_fresh_voice(monkeypatch):
+    """In the rotation the voice is fresh per trial, not per engine: engines compared in one trial take one input."""
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    fast_check = importlib.import_module("gpu_fast_check")
+    config = get_config("drama3-tiny")
+    tokenizer = load_tokenizer(config)
+    monkeypatch.setattr(fast_check, "measure_trial", lambda engine, request, schedule: SimpleNamespace(
+        ttfa_ms=1.0, frames_per_s=1.0, rtf=1.0, total_s=1.0, num_frames=2))
+    seen = [[], []]
+    engines = [(fast_check.Report(f"e{i}", []), _Recorder(tokenizer, [], seen[i])) for i in range(2)]
+    fast_check.time_streams(engines, config, 2, 2, follows=("rotation",))
+    assert seen[0] and sorted(seen[0]) == sorted(seen[1])
+
+
+@pytest.mark.parametrize("follows", [("self",), ("rotation",)])
 def test_the_prefill_profiles_follow_the_prompt_the_timings_follow(monkeypatch, follows):
-    """The per-kernel breakdown of a prefill is of the same case as its timings: following the previous prompt,
-    each profiled prefill (the warm one included) comes after that prompt's, unprofiled."""
+    """The per-kernel breakdown of a prefill is of the same case as its timings: in the rotation each profiled
+    prefill (the warm one included) comes after the previous prompt's, unprofiled, every call with a fresh voice."""
     monkeypatch.syspath_prepend(str(SCRIPT.parent))
     fast_check = importlib.import_module("gpu_fast_check")
     config = get_config("drama3-tiny")
     tokenizer = load_tokenizer(config)
     rows = {name: build_rows(config, r, tokenizer).shape[0] for name, r in bench_requests(config, 1).items()}
     log: list[tuple[str, int]] = []
+    seen: list[tuple[int, bytes]] = []
     report = fast_check.Report("recorder", [])
-    fast_check.kernel_profile(report, _Recorder(tokenizer, log), config, frames=2, follows=follows)
+    fast_check.kernel_profile(report, _Recorder(tokenizer, log, seen), config, frames=2, follows=follows)
     expected = []
     for follow in follows:
         for prompt, previous in (("voice", "sentences"), ("hello", "voice")):
-            first = [("prefill", rows[previous])] if follow == "previous" else []
+            first = [("prefill", rows[previous])] if follow == "rotation" else []
             expected += [*first, ("prefill", rows[prompt])] * 3  # the warm call, then 2 profiled
     assert log == expected + [("frame", 4)] * 3
     assert sorted(report.prefill_kernels) == sorted(fast_check.follow_label(prompt, follow)
                                                     for follow in follows for prompt in ("voice", "hello"))
+    _assert_voices(follows, rows["voice"], seen)
 
 
-def test_follow_takes_self_and_previous_only():
-    done = subprocess.run([sys.executable, str(SCRIPT), "--out", "x.json", "--follow", "self,next"],
+def test_follow_takes_self_and_rotation_only():
+    done = subprocess.run([sys.executable, str(SCRIPT), "--out", "x.json", "--follow", "self,previous"],
                           capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 2 and "takes self and/or previous" in done.stderr
+    assert done.returncode == 2 and "takes self and/or rotation" in done.stderr
