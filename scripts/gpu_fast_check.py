@@ -33,7 +33,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 import torch
@@ -132,6 +132,21 @@ class Correctness:
 
 
 @dataclass
+class TtfaParts:
+    """A stream's first chunk cut at the engine's prefill and decode_audio calls, each call synchronised on both
+    sides (so the codec's own host reads wait for nothing of the prefill's): ms from the stream's start to the
+    prefill call (the prompt's rows built and checked), the prefill, from its return to the codec call, the codec
+    window, and from its return to the chunk in hand (the audio's and frames' copies to the host)."""
+
+    rows_ms: float
+    prefill_ms: float
+    between_ms: float
+    codec_ms: float
+    handover_ms: float
+    total_ms: float
+
+
+@dataclass
 class PromptTiming:
     prefill_ms: float  # median of one prefill call before each streamed trial, wall clock after synchronize
     ttfa_ms: float  # medians over the streamed trials
@@ -145,6 +160,8 @@ class PromptTiming:
     # (prefix_moe_cache counts the reused rows' picks too); the reference's is the prompt's floor; None where the
     # engine keeps no counts
     prefill_gb: float | None = None
+    # where a stream's time to first audio goes, medians of one instrumented first chunk per trial (TtfaParts)
+    ttfa_parts: TtfaParts | None = None
 
 
 @dataclass
@@ -383,6 +400,44 @@ def fresh_voice(config, request: TTSRequest, key: str) -> TTSRequest:
                                              for r in request.references))
 
 
+def ttfa_parts(engine, request: TTSRequest, schedule: StreamSchedule) -> TtfaParts | None:
+    """One stream's first chunk, cut where the engine calls its prefill and decode_audio (see TtfaParts); the
+    stream is closed after it. None when its first chunk does not pass through both calls."""
+    marks: dict[str, float] = {}
+
+    def cut(name: str, fn: Callable) -> Callable:
+        def timed(*args, **kwargs):
+            sync()
+            marks.setdefault(f"{name} called", time.perf_counter())
+            out = fn(*args, **kwargs)
+            sync()
+            marks.setdefault(f"{name} returned", time.perf_counter())
+            return out
+        return timed
+
+    engine.prefill, engine.decode_audio = cut("prefill", engine.prefill), cut("codec", engine.decode_audio)
+    try:
+        sync()
+        start = time.perf_counter()
+        stream = engine.stream(request, schedule)
+        next(stream)
+        sync()
+        end = time.perf_counter()
+        stream.close()
+    finally:  # the class's methods again
+        del engine.prefill, engine.decode_audio
+    names = [f"{n} {e}" for n in ("prefill", "codec") for e in ("called", "returned")]
+    if not set(names) <= set(marks):
+        return None
+    at = [start, *(marks[n] for n in names), end]
+    return TtfaParts(*((b - a) * 1e3 for a, b in itertools.pairwise(at)), total_ms=(end - start) * 1e3)
+
+
+def median_parts(parts: list[TtfaParts]) -> TtfaParts | None:
+    return TtfaParts(*(statistics.median(getattr(x, f.name) for x in parts) for f in fields(TtfaParts))) \
+        if parts else None
+
+
 def time_streams(engines: list[tuple[Report, object]], config, frames: int, trials: int,
                  overlaps: tuple[int | None, ...] = (None,), follows: tuple[str, ...] = ("self",)) -> None:
     """Each prompt's prefill and streamed trials on every engine, interleaved: trial t runs the engines in an order
@@ -391,7 +446,8 @@ def time_streams(engines: list[tuple[Report, object]], config, frames: int, tria
     Per follow: "self", a timed prefill or stream follows the same request's, the best case of an in-run prefix
     cache (voice repeats its reference rows); "rotation" (the prompt's name then ends in "/rotation"), as the
     evaluator's trials: an untimed prefill of the previous prompt in the list comes first, and every prefill and
-    stream, timed or not, gets fresh voice reference codes (the same on every engine within a trial)."""
+    stream, timed or not, gets fresh voice reference codes (the same on every engine within a trial). After each
+    timed stream, one more first chunk instrumented (ttfa_parts), following what the stream followed."""
     timed = list(engines)
     requests = bench_requests(config, frames)
     names = list(requests)
@@ -403,6 +459,7 @@ def time_streams(engines: list[tuple[Report, object]], config, frames: int, tria
         prefills: dict[str, list[float]] = {r.engine: [] for r, _ in timed}
         prefill_gb: dict[str, float] = {}
         results: dict[str, list] = {r.engine: [] for r, _ in timed}
+        parts: dict[str, list[TtfaParts]] = {r.engine: [] for r, _ in timed}
 
         def trial(report: Report, engine, t: int) -> None:
             """Trial t (-1: the warm-up) of one engine."""
@@ -427,6 +484,9 @@ def time_streams(engines: list[tuple[Report, object]], config, frames: int, tria
                 result = measure_trial(engine, draw(base, "stream"), schedule)
                 if t >= 0:
                     results[report.engine].append(result)
+                    follow("before parts")
+                    if (cut := ttfa_parts(engine, draw(base, "parts"), schedule)) is not None:
+                        parts[report.engine].append(cut)
             except Exception as e:  # noqa: BLE001 - one engine's failure must not stop the others
                 report.error = f"stream {name}: {type(e).__name__}: {e}"
                 traceback.print_exc(limit=8)
@@ -445,7 +505,7 @@ def time_streams(engines: list[tuple[Report, object]], config, frames: int, tria
                                                 statistics.median(r.ttfa_ms for r in got),
                                                 statistics.median(r.frames_per_s for r in got),
                                                 statistics.median(r.rtf for r in got), beyond,
-                                                prefill_gb.get(report.engine))
+                                                prefill_gb.get(report.engine), median_parts(parts[report.engine]))
 
 
 def codec_stages(report: Report, engine, config) -> None:
@@ -606,6 +666,11 @@ def print_table(reports: list[Report]) -> None:
             if t.prefill_gb is not None:
                 print(f"    {'':<10} prefill routes to {t.prefill_gb:6.2f} GB of weights: "
                       f"{t.prefill_gb / t.prefill_ms:.2f} TB/s over its wall")
+            if t.ttfa_parts is not None:
+                q = t.ttfa_parts
+                print(f"    {'':<10} first chunk ms: rows {q.rows_ms:.2f}, prefill {q.prefill_ms:.2f}, between "
+                      f"{q.between_ms:.2f}, codec {q.codec_ms:.2f}, handover {q.handover_ms:.2f} "
+                      f"(in all {q.total_ms:.2f})")
         if r.stages_ms:
             print("    stages ms: " + ", ".join(f"{k}={v:.3f}" for k, v in r.stages_ms.items()))
         for kernel, ms, calls in r.kernels:

@@ -19,10 +19,13 @@ from candidates import EngineRepo
 from candidates.repo import engine_files
 from knowledge_base import REFERENCE_ID, EngineKey, Figures, KeptEngine, KnowledgeStore, LessonRecord
 from knowledge_base.transforms import TRANSFORMS
+from reference_runtime.api import StreamSchedule
 from reference_runtime.bench import bench_requests
 from reference_runtime.config import get_config
+from reference_runtime.model import build_engine
 from reference_runtime.prompt import build_rows
 from reference_runtime.tokenizer import load_tokenizer
+from reference_runtime.weights import init_weights
 from targets.schema import load_target
 from tests.kb.test_kb_store import _candidate, _lesson, _run, _verdict
 
@@ -143,6 +146,8 @@ def test_no_reference_times_the_kept_engine_without_a_gate(tmp_path):
     assert reports[0]["decode_tb_per_s"] == pytest.approx(reports[0]["frame_gb"] / reports[0]["decode_ms_events"])
     assert "GB a frame:" in done.stdout and "beyond decode" in done.stdout
     assert all(p["beyond_decode_ms"] is not None for p in reports[0]["prompts"].values())
+    assert all(p["ttfa_parts"]["prefill_ms"] > 0 for p in reports[0]["prompts"].values())
+    assert "first chunk ms: rows" in done.stdout
 
 
 class _Recorder:
@@ -188,13 +193,15 @@ def test_each_timed_prompt_follows_itself_or_the_previous_prompt(monkeypatch, fo
     log: list[tuple[str, int]] = []
     seen: list[tuple[int, bytes]] = []
 
-    def stream(engine, request, schedule):
+    def stream(what: str, request):
         built = build_rows(config, request, tokenizer)
-        log.append(("stream", built.shape[0]))
+        log.append((what, built.shape[0]))
         seen.append((built.shape[0], built.numpy().tobytes()))
-        return SimpleNamespace(ttfa_ms=1.0, frames_per_s=1.0, rtf=1.0, total_s=1.0, num_frames=2)
 
-    monkeypatch.setattr(fast_check, "measure_trial", stream)
+    monkeypatch.setattr(fast_check, "measure_trial", lambda engine, request, schedule: stream("stream", request) or
+                        SimpleNamespace(ttfa_ms=1.0, frames_per_s=1.0, rtf=1.0, total_s=1.0, num_frames=2))
+    monkeypatch.setattr(fast_check, "ttfa_parts", lambda engine, request, schedule: stream("parts", request) or
+                        fast_check.TtfaParts(*[1.0] * 6))
     report = fast_check.Report("recorder", [])
     fast_check.time_streams([(report, _Recorder(tokenizer, log, seen))], config, 2, 2, follows=follows)
     names, expected = list(rows), []
@@ -204,8 +211,9 @@ def test_each_timed_prompt_follows_itself_or_the_previous_prompt(monkeypatch, fo
         for i, name in enumerate(names):
             first = [("prefill", rows[names[i - 1]])] if follow == "rotation" else []
             expected += [*first, ("stream", rows[name])]  # the warm-up
-            for _ in range(2):  # each timed trial: its prefill, then its stream
-                expected += [*first, ("prefill", rows[name]), *first, ("stream", rows[name])]
+            for _ in range(2):  # each timed trial: its prefill, its stream, then a first chunk cut in parts
+                expected += [*first, ("prefill", rows[name]), *first, ("stream", rows[name]), *first,
+                             ("parts", rows[name])]
     assert log == expected
     _assert_voices(follows, rows["voice"], seen)
 
@@ -218,6 +226,7 @@ def test_engines_of_one_trial_get_the_same_fresh_voice(monkeypatch):
     tokenizer = load_tokenizer(config)
     monkeypatch.setattr(fast_check, "measure_trial", lambda engine, request, schedule: SimpleNamespace(
         ttfa_ms=1.0, frames_per_s=1.0, rtf=1.0, total_s=1.0, num_frames=2))
+    monkeypatch.setattr(fast_check, "ttfa_parts", lambda engine, request, schedule: fast_check.TtfaParts(*[1.0] * 6))
     seen = [[], []]
     engines = [(fast_check.Report(f"e{i}", []), _Recorder(tokenizer, [], seen[i])) for i in range(2)]
     fast_check.time_streams(engines, config, 2, 2, follows=("rotation",))
@@ -252,3 +261,39 @@ def test_follow_takes_self_and_rotation_only():
     done = subprocess.run([sys.executable, str(SCRIPT), "--out", "x.json", "--follow", "self,previous"],
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 2 and "takes self and/or rotation" in done.stderr
+
+
+def test_ttfa_parts_cut_a_real_first_chunk(monkeypatch):
+    """The first chunk of a real engine's stream, cut at its prefill and codec calls: the parts add up to the whole,
+    each engine method is called once in it, and the engine keeps its own methods afterwards."""
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    fast_check = importlib.import_module("gpu_fast_check")
+    config = get_config("drama3-tiny")
+    engine = build_engine(config, init_weights(config, seed=0, device="cpu"), "cpu")
+    request = bench_requests(config, 4)["voice"]
+    parts = fast_check.ttfa_parts(engine, request, StreamSchedule(first_chunk_frames=1))
+    cut = [parts.rows_ms, parts.prefill_ms, parts.between_ms, parts.codec_ms, parts.handover_ms]
+    assert all(x >= 0 for x in cut) and sum(cut) == pytest.approx(parts.total_ms)
+    assert parts.prefill_ms > 0 and parts.codec_ms > 0
+    assert "prefill" not in vars(engine) and "decode_audio" not in vars(engine)
+    first = next(engine.stream(request, StreamSchedule(first_chunk_frames=1)))  # the stream still works
+    assert first.frame_end == 1
+
+
+def test_ttfa_parts_is_none_for_a_first_chunk_without_a_codec_call(monkeypatch):
+    """An engine whose first chunk skips decode_audio gets no parts, not an error that would drop its timings."""
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    fast_check = importlib.import_module("gpu_fast_check")
+
+    class Direct:
+        def prefill(self, rows, sampling, seed):
+            pass
+
+        def decode_audio(self, codes):
+            raise AssertionError("not called on this path")
+
+        def stream(self, request, schedule):
+            self.prefill(None, None, 0)
+            yield "chunk"
+
+    assert fast_check.ttfa_parts(Direct(), None, None) is None
