@@ -32,7 +32,7 @@ def build_rows(config: Drama3Config, request: TTSRequest, tokenizer: Drama3Token
     if not isinstance(target[0], int):
         target = [0, *target]  # untagged text is spoken by speaker 0
     rows.literal(_SYSTEM_START)
-    rows.text([REFERENCE_INSTRUCTION if request.references else INSTRUCTION])
+    rows.literal(REFERENCE_INSTRUCTION if request.references else INSTRUCTION)
     for i, ref in enumerate(request.references):
         _add_reference(rows, config, ref, i)
     rows.literal(_USER_START)
@@ -59,44 +59,43 @@ def _add_reference(rows: _Rows, config: Drama3Config, ref: VoiceReference, i: in
             f"{where}.transcript starts with <|speaker:{transcript[0]}|> but {where}.speaker is {ref.speaker}; "
             "drop the tag or make the two agree"
         )
-    rows.text([f"\n\n[Reference {i + 1}]\nText: ", *transcript, "\nSpeech: "])
+    rows.literal(f"\n\n[Reference {i + 1}]\nText: ")
+    rows.text(transcript)
+    rows.literal("\nSpeech: ")
     rows.audio(codes)
 
 
 class _Rows:
-    """Accumulates text rows [id, 0 x 10] and audio rows [semantic_begin + code0, code0..code9]."""
+    """Accumulates text rows [id, 0 x 10] and audio rows [semantic_begin + code0, code0..code9]: the first column
+    as Python ints, the audio codes as tensors, written into one tensor at the end (a few tensor ops, not a few per
+    piece: the prompt is built on the time to first audio)."""
 
     def __init__(self, config: Drama3Config, tok: Drama3Tokenizer):
         self._semantic_begin = config.semantic_begin
         self._tok = tok
-        self._chunks: list[torch.Tensor] = []
+        self._first: list[int] = []  # column 0 of every row
+        self._audio: list[tuple[int, torch.Tensor]] = []  # (first row, codes) of each audio block
 
     def literal(self, literal: str) -> None:
-        """A template literal: its structural tokens become special ids, the text between them is encoded."""
-        ids: list[int] = []
+        """Template text: its structural tokens become special ids, the text between them is encoded."""
         for n, part in enumerate(_STRUCTURAL.split(literal)):  # odd indices are the structural tokens
-            ids += [self._tok.special_id(part)] if n % 2 else self._tok.encode(part)
-        self._ids(ids)
+            self._first += [self._tok.special_id(part)] if n % 2 else self._tok.encode_fixed(part)
 
     def text(self, pieces: list[Piece]) -> None:
-        ids: list[int] = []
+        """Caller text: speaker numbers become their tags' special ids, the text pieces are encoded."""
         for p in pieces:
-            ids += [self._tok.special_id(f"<|speaker:{p}|>")] if isinstance(p, int) else self._tok.encode(p)
-        self._ids(ids)
+            self._first += [self._tok.special_id(f"<|speaker:{p}|>")] if isinstance(p, int) else self._tok.encode(p)
 
     def audio(self, codes: torch.Tensor) -> None:
-        rows = torch.zeros(codes.shape[1], ROW_WIDTH, dtype=torch.long)
-        rows[:, 0] = self._semantic_begin + codes[0]
-        rows[:, 1:] = codes.T
-        self._chunks.append(rows)
+        self._audio.append((len(self._first), codes))
+        self._first += (self._semantic_begin + codes[0]).tolist()
 
     def tensor(self) -> torch.Tensor:
-        return torch.cat(self._chunks)
-
-    def _ids(self, ids: list[int]) -> None:
-        rows = torch.zeros(len(ids), ROW_WIDTH, dtype=torch.long)
-        rows[:, 0] = torch.tensor(ids, dtype=torch.long)
-        self._chunks.append(rows)
+        out = torch.zeros(len(self._first), ROW_WIDTH, dtype=torch.long)
+        out[:, 0] = torch.tensor(self._first, dtype=torch.long)
+        for start, codes in self._audio:
+            out[start:start + codes.shape[1], 1:] = codes.T
+        return out
 
 
 def _split_tagged(config: Drama3Config, text: str, where: str) -> list[Piece]:
@@ -141,11 +140,13 @@ def _checked_codes(config: Drama3Config, codes: torch.Tensor, where: str) -> tor
             f"{where} is {frames / config.frames_per_second:.1f} s ({frames} frames), over "
             f"config.max_reference_seconds = {config.max_reference_seconds}; trim it to at most {max_frames} frames"
         )
-    sizes = [config.codebook_size] + [config.codec.residual_codebook_size] * (config.num_codebooks - 1)
-    for k, size in enumerate(sizes):
-        lo, hi = int(codes[k].min()), int(codes[k].max())
-        if lo < 0 or hi >= size:
-            raise ValueError(
-                f"{where}.codes[{k}] has values in [{lo}, {hi}], outside [0, {size}); pass valid codec codes"
-            )
+    sizes = torch.tensor([config.codebook_size] + [config.codec.residual_codebook_size] * (config.num_codebooks - 1))
+    lo, hi = torch.aminmax(codes, dim=1)
+    bad = ((lo < 0) | (hi >= sizes)).nonzero()
+    if len(bad):
+        k = int(bad[0, 0])
+        raise ValueError(
+            f"{where}.codes[{k}] has values in [{int(lo[k])}, {int(hi[k])}], outside [0, {int(sizes[k])}); pass "
+            "valid codec codes"
+        )
     return codes

@@ -26,6 +26,14 @@ class Drama3Tokenizer:
         self._first_special = min(self._special_ids.values())
         self._semantic_begin = config.semantic_begin
         self._vocab_size = config.vocab_size
+        self._fixed: dict[str, list[int]] = {}
+
+    def encode_fixed(self, text: str) -> list[int]:
+        """`encode` of a prompt template's own text, remembered: the template's pieces are the same in every
+        request, and each encode is on the time to first audio. Not for caller text, which would grow the memo."""
+        if text not in self._fixed:
+            self._fixed[text] = self.encode(text)
+        return self._fixed[text]
 
     def encode(self, text: str) -> list[int]:
         """Plain text to ids: special-token strings inside `text` are encoded as ordinary characters."""

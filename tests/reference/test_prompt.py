@@ -49,6 +49,24 @@ def test_rows_without_references():
                                       "<|im_start|>assistant\n<|voice|>")
 
 
+def test_template_text_is_encoded_once_and_caller_text_every_time():
+    """The template's own pieces are memoised by the tokenizer (they sit on the time to first audio); caller text is
+    encoded afresh and never memoised, so serving many texts does not grow the memo."""
+    tok = load_tokenizer(TINY)
+    build_rows(TINY, TTSRequest(text="First text."), tok)
+    memo = dict(tok._fixed)
+    assert "convert the provided text to speech" in memo and not any("First" in t for t in memo)
+    build_rows(TINY, TTSRequest(text="Another text entirely."), tok)
+    assert tok._fixed == memo
+    before = build_rows(TINY, TTSRequest(text="First text."), tok)[:, 0].tolist()
+    instruction = memo["convert the provided text to speech"]
+    tok._fixed["convert the provided text to speech"] = [7]  # a memo is used: the next prompt shows it
+    after = build_rows(TINY, TTSRequest(text="First text."), tok)[:, 0].tolist()
+    at = 1 + len(memo["system\n"])  # after <|im_start|> and "system\n"
+    assert before[at:at + len(instruction)] == instruction
+    assert after == before[:at] + [7] + before[at + len(instruction):]
+
+
 def test_rows_with_references():
     first, second = _codes(3, seed=1), _codes(2, seed=2)
     request = TTSRequest(text="<|speaker:1|>Target line.", references=(
