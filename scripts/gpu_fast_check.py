@@ -133,12 +133,14 @@ class Correctness:
 
 @dataclass
 class TtfaParts:
-    """A stream's first chunk cut at the engine's prefill and decode_audio calls, each call synchronised on both
-    sides (so the codec's own host reads wait for nothing of the prefill's): ms from the stream's start to the
-    prefill call (the prompt's rows built and checked), the prefill, from its return to the codec call, the codec
+    """A stream's first chunk cut where the engine calls build_rows, prefill and decode_audio, each call
+    synchronised on both sides (so the codec's own host reads wait for nothing of the prefill's): ms from the
+    stream's start to the prompt's rows built, from there to the prefill call (their copy to the device), the
+    prefill, from its return to the codec call (hidden behind the prefill's kernels in an uncut stream), the codec
     window, and from its return to the chunk in hand (the audio's and frames' copies to the host)."""
 
-    rows_ms: float
+    build_ms: float
+    copy_ms: float
     prefill_ms: float
     between_ms: float
     codec_ms: float
@@ -401,8 +403,9 @@ def fresh_voice(config, request: TTSRequest, key: str) -> TTSRequest:
 
 
 def ttfa_parts(engine, request: TTSRequest, schedule: StreamSchedule) -> TtfaParts | None:
-    """One stream's first chunk, cut where the engine calls its prefill and decode_audio (see TtfaParts); the
-    stream is closed after it. None when its first chunk does not pass through both calls."""
+    """One stream's first chunk, cut where the engine calls build_rows (as its classes' modules name it), its
+    prefill and its decode_audio (see TtfaParts); the stream is closed after it. None when its first chunk does not
+    pass through all three."""
     marks: dict[str, float] = {}
 
     def cut(name: str, fn: Callable) -> Callable:
@@ -415,6 +418,10 @@ def ttfa_parts(engine, request: TTSRequest, schedule: StreamSchedule) -> TtfaPar
             return out
         return timed
 
+    modules = {m for m in (sys.modules[c.__module__] for c in type(engine).__mro__) if hasattr(m, "build_rows")}
+    builders = {m: m.build_rows for m in modules}
+    for m, build in builders.items():
+        m.build_rows = cut("rows", build)
     engine.prefill, engine.decode_audio = cut("prefill", engine.prefill), cut("codec", engine.decode_audio)
     try:
         sync()
@@ -424,9 +431,11 @@ def ttfa_parts(engine, request: TTSRequest, schedule: StreamSchedule) -> TtfaPar
         sync()
         end = time.perf_counter()
         stream.close()
-    finally:  # the class's methods again
+    finally:  # the class's methods and the modules' builder again
         del engine.prefill, engine.decode_audio
-    names = [f"{n} {e}" for n in ("prefill", "codec") for e in ("called", "returned")]
+        for m, build in builders.items():
+            m.build_rows = build
+    names = ["rows returned", *(f"{n} {e}" for n in ("prefill", "codec") for e in ("called", "returned"))]
     if not set(names) <= set(marks):
         return None
     at = [start, *(marks[n] for n in names), end]
@@ -668,9 +677,9 @@ def print_table(reports: list[Report]) -> None:
                       f"{t.prefill_gb / t.prefill_ms:.2f} TB/s over its wall")
             if t.ttfa_parts is not None:
                 q = t.ttfa_parts
-                print(f"    {'':<10} first chunk ms: rows {q.rows_ms:.2f}, prefill {q.prefill_ms:.2f}, between "
-                      f"{q.between_ms:.2f}, codec {q.codec_ms:.2f}, handover {q.handover_ms:.2f} "
-                      f"(in all {q.total_ms:.2f})")
+                print(f"    {'':<10} first chunk ms: build {q.build_ms:.2f}, copy {q.copy_ms:.2f}, prefill "
+                      f"{q.prefill_ms:.2f}, between {q.between_ms:.2f}, codec {q.codec_ms:.2f}, handover "
+                      f"{q.handover_ms:.2f} (in all {q.total_ms:.2f})")
         if r.stages_ms:
             print("    stages ms: " + ", ".join(f"{k}={v:.3f}" for k, v in r.stages_ms.items()))
         for kernel, ms, calls in r.kernels:

@@ -23,6 +23,7 @@ from reference_runtime.api import StreamSchedule
 from reference_runtime.bench import bench_requests
 from reference_runtime.config import get_config
 from reference_runtime.model import build_engine
+from reference_runtime.model import engine as engine_module
 from reference_runtime.prompt import build_rows
 from reference_runtime.tokenizer import load_tokenizer
 from reference_runtime.weights import init_weights
@@ -147,7 +148,7 @@ def test_no_reference_times_the_kept_engine_without_a_gate(tmp_path):
     assert "GB a frame:" in done.stdout and "beyond decode" in done.stdout
     assert all(p["beyond_decode_ms"] is not None for p in reports[0]["prompts"].values())
     assert all(p["ttfa_parts"]["prefill_ms"] > 0 for p in reports[0]["prompts"].values())
-    assert "first chunk ms: rows" in done.stdout
+    assert "first chunk ms: build" in done.stdout
 
 
 class _Recorder:
@@ -201,7 +202,7 @@ def test_each_timed_prompt_follows_itself_or_the_previous_prompt(monkeypatch, fo
     monkeypatch.setattr(fast_check, "measure_trial", lambda engine, request, schedule: stream("stream", request) or
                         SimpleNamespace(ttfa_ms=1.0, frames_per_s=1.0, rtf=1.0, total_s=1.0, num_frames=2))
     monkeypatch.setattr(fast_check, "ttfa_parts", lambda engine, request, schedule: stream("parts", request) or
-                        fast_check.TtfaParts(*[1.0] * 6))
+                        fast_check.TtfaParts(*[1.0] * 7))
     report = fast_check.Report("recorder", [])
     fast_check.time_streams([(report, _Recorder(tokenizer, log, seen))], config, 2, 2, follows=follows)
     names, expected = list(rows), []
@@ -226,7 +227,7 @@ def test_engines_of_one_trial_get_the_same_fresh_voice(monkeypatch):
     tokenizer = load_tokenizer(config)
     monkeypatch.setattr(fast_check, "measure_trial", lambda engine, request, schedule: SimpleNamespace(
         ttfa_ms=1.0, frames_per_s=1.0, rtf=1.0, total_s=1.0, num_frames=2))
-    monkeypatch.setattr(fast_check, "ttfa_parts", lambda engine, request, schedule: fast_check.TtfaParts(*[1.0] * 6))
+    monkeypatch.setattr(fast_check, "ttfa_parts", lambda engine, request, schedule: fast_check.TtfaParts(*[1.0] * 7))
     seen = [[], []]
     engines = [(fast_check.Report(f"e{i}", []), _Recorder(tokenizer, [], seen[i])) for i in range(2)]
     fast_check.time_streams(engines, config, 2, 2, follows=("rotation",))
@@ -264,18 +265,19 @@ def test_follow_takes_self_and_rotation_only():
 
 
 def test_ttfa_parts_cut_a_real_first_chunk(monkeypatch):
-    """The first chunk of a real engine's stream, cut at its prefill and codec calls: the parts add up to the whole,
-    each engine method is called once in it, and the engine keeps its own methods afterwards."""
+    """The first chunk of a real engine's stream, cut at its prompt builder, prefill and codec calls: the parts add
+    up to the whole, and the engine keeps its own methods and builder afterwards."""
     monkeypatch.syspath_prepend(str(SCRIPT.parent))
     fast_check = importlib.import_module("gpu_fast_check")
     config = get_config("drama3-tiny")
     engine = build_engine(config, init_weights(config, seed=0, device="cpu"), "cpu")
     request = bench_requests(config, 4)["voice"]
     parts = fast_check.ttfa_parts(engine, request, StreamSchedule(first_chunk_frames=1))
-    cut = [parts.rows_ms, parts.prefill_ms, parts.between_ms, parts.codec_ms, parts.handover_ms]
+    cut = [parts.build_ms, parts.copy_ms, parts.prefill_ms, parts.between_ms, parts.codec_ms, parts.handover_ms]
     assert all(x >= 0 for x in cut) and sum(cut) == pytest.approx(parts.total_ms)
-    assert parts.prefill_ms > 0 and parts.codec_ms > 0
+    assert parts.build_ms > 0 and parts.prefill_ms > 0 and parts.codec_ms > 0
     assert "prefill" not in vars(engine) and "decode_audio" not in vars(engine)
+    assert engine_module.build_rows is build_rows  # the builder the engine calls is the real one again
     first = next(engine.stream(request, StreamSchedule(first_chunk_frames=1)))  # the stream still works
     assert first.frame_end == 1
 
