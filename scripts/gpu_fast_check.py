@@ -711,12 +711,12 @@ def main() -> None:
     parser.add_argument("--overlap-frames", default="none",
                         help="codec left context of the streams' later chunks, comma-separated, each timed: 'none' "
                              "(the whole history, as the targets' default) or frames (SGLang-Omni: 32)")
-    parser.add_argument("--follow", default="self", type=follows_arg,
-                        help="what each timed (and profiled) prefill follows, comma-separated, each timed: 'self' "
-                             "(the same request's prefill: an in-run prefix cache's best case) or 'rotation' (the "
-                             "previous prompt's, every call with fresh voice reference codes, as the evaluator's "
-                             "trials: a prefix cache then reuses only what the two share; such prompts' names end "
-                             "in /rotation)")
+    parser.add_argument("--follow", default="rotation", type=follows_arg,
+                        help="what each timed (and profiled) prefill follows, comma-separated, each timed: "
+                             "'rotation' (the default: the previous prompt's, every call with fresh voice reference "
+                             "codes, as the evaluator's trials; a prefix cache then reuses only what the two share; "
+                             "such prompts' names end in /rotation) or 'self' (the same request's prefill: an in-run "
+                             "prefix cache's best case, a repeated voice)")
     parser.add_argument("--reference-frames", type=int, default=16, help="the eager reference is slow: fewer frames")
     parser.add_argument("--budget-s", type=float, default=330,
                         help="start no engine after the first one once this many seconds have passed since the "

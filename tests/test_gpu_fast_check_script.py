@@ -70,8 +70,8 @@ def test_dry_run_checks_the_best_kept_engine(tmp_path):
     for kept in (reports["kept"], reports["kept_plus"], reports["kept_plus2"]):
         assert kept["error"] is None
         assert kept["correctness"] and not any(c["problems"] for c in kept["correctness"])
-        assert sorted(kept["prompts"]) == ["hello", "hello/overlap2", "sentences", "sentences/overlap2", "voice",
-                                           "voice/overlap2"]
+        assert sorted(kept["prompts"]) == sorted(f"{p}/rotation" for p in (
+            "hello", "hello/overlap2", "sentences", "sentences/overlap2", "voice", "voice/overlap2"))
 
 
 @pytest.mark.parametrize("item, message", [
@@ -143,7 +143,8 @@ def test_no_reference_times_the_kept_engine_without_a_gate(tmp_path):
     reports = json.loads(out.read_text())["reports"]
     assert [r["engine"] for r in reports] == ["kept"]
     assert reports[0]["correctness"] == [] and reports[0]["error"] is None
-    assert reports[0]["decode_ms_wall"] > 0 and sorted(reports[0]["prompts"]) == ["hello", "sentences", "voice"]
+    assert reports[0]["decode_ms_wall"] > 0 and sorted(reports[0]["prompts"]) == [f"{p}/rotation" for p in (
+        "hello", "sentences", "voice")]
     assert reports[0]["decode_tb_per_s"] == pytest.approx(reports[0]["frame_gb"] / reports[0]["decode_ms_events"])
     assert "GB a frame:" in done.stdout and "beyond decode" in done.stdout
     assert all(p["beyond_decode_ms"] is not None for p in reports[0]["prompts"].values())
