@@ -58,6 +58,7 @@ from reference_runtime.model import build_engine
 from reference_runtime.prompt import build_rows
 from reference_runtime.teacher_forcing import teacher_forced
 from reference_runtime.weights import default_dtype, init_weights
+from stream_idle import StreamIdle, device_events, stream_idle  # scripts/ is on the path as the script's folder
 from swarm.agents.offline import LEAP, OfflineAgent
 from swarm.context import build_context
 from swarm.edits import apply_edits, patch_edits
@@ -184,6 +185,8 @@ class Report:
     kernels: list[tuple[str, float, float]] = field(default_factory=list)  # (kernel, device ms, calls) per frame
     # the same per prefill, by prompt: voice (the longest) and hello (the one nearest the TTFA goal)
     prefill_kernels: dict[str, list[tuple[str, float, float]]] = field(default_factory=dict)
+    # by prompt: one stream under the profiler, where the GPU idles and how much the codec's stream overlaps
+    stream_idle: dict[str, StreamIdle | None] = field(default_factory=dict)
     error: str | None = None
 
 
@@ -611,6 +614,20 @@ def kernel_profile(report: Report, engine, config, frames: int = 4, follows: tup
         report.kernels = profiled(lambda: engine.program.run("frame", span, sampling), frames)
 
 
+def idle_profile(report: Report, engine, config, frames: int, overlap: int | None) -> None:
+    """A stream of each benchmark prompt under the profiler, after the same stream unprofiled (which captures its
+    codec windows' graphs): where the GPU idles (stream_idle)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    schedule = StreamSchedule(first_chunk_frames=1, overlap_frames=overlap)
+    for name, request in bench_requests(config, frames).items():
+        measure_trial(engine, request, schedule)
+        # CPU only on a dry run, where no device event comes
+        with profile(activities=[ProfilerActivity.CUDA if torch.cuda.is_available() else ProfilerActivity.CPU]) as prof:
+            measure_trial(engine, request, schedule)
+        report.stream_idle[name] = stream_idle(device_events(prof))
+
+
 def run_engine(name: str, described: list[str], files: dict[str, str], root: Path, weights, oracle, config, tol,
                args) -> tuple[Report, object | None]:
     """Build, check and time the decode of one engine; the engine comes back alive (None if it failed) for the
@@ -632,6 +649,7 @@ def run_engine(name: str, described: list[str], files: dict[str, str], root: Pat
         if hasattr(engine, "program") and engine.device.type == "cuda" and not args.no_profile:
             graph_stages(report, pkg, engine, config)
             kernel_profile(report, engine, config, follows=args.follow)
+            idle_profile(report, engine, config, args.frames, args.overlaps[-1])
         if torch.cuda.is_available():  # the shared weights plus this engine's own peak, not the engines alive before
             report.peak_gib = (torch.cuda.max_memory_allocated() - before + weight_bytes(weights)) / 2**30
     except Exception as e:  # noqa: BLE001 - one engine's failure must not stop the others
@@ -684,6 +702,13 @@ def print_table(reports: list[Report]) -> None:
             print("    stages ms: " + ", ".join(f"{k}={v:.3f}" for k, v in r.stages_ms.items()))
         for kernel, ms, calls in r.kernels:
             print(f"    kernel {ms:7.3f} ms/frame {calls:6.0f} calls  {kernel[:90]}")
+        for prompt, idle in r.stream_idle.items():
+            if idle is not None:
+                gaps = ", ".join(f"{ms:.2f} at {at:.1f}" for at, ms in idle.gaps)
+                print(f"    {prompt} stream under the profiler: {idle.span_ms:.1f} ms on the GPU, busy "
+                      f"{idle.busy_ms:.1f}, idle {idle.idle_ms:.1f} (largest gaps, ms at ms: {gaps}); by CUDA stream "
+                      + ", ".join(f"{k} {v:.1f}" for k, v in idle.streams_ms.items())
+                      + f"; streams overlapping {idle.overlap_ms:.1f}")
         for prompt, kernels in r.prefill_kernels.items():
             for kernel, ms, calls in kernels:
                 print(f"    {prompt} prefill kernel {ms:7.3f} ms {calls:6.0f} calls  {kernel[:80]}")
@@ -742,6 +767,7 @@ def main() -> None:
     names = [e for e in args.engines.split(",") if e]
     try:
         overlaps = tuple(None if o == "none" else int(o) for o in args.overlap_frames.split(","))
+        args.overlaps = overlaps  # the last one's stream is profiled for idle time
     except ValueError:
         sys.exit(f"--overlap-frames takes 'none' or frame counts, comma-separated, got {args.overlap_frames!r}")
     unknown = [e for e in names if e not in RECIPES]

@@ -300,3 +300,14 @@ def test_ttfa_parts_is_none_for_a_first_chunk_without_a_codec_call(monkeypatch):
             yield "chunk"
 
     assert fast_check.ttfa_parts(Direct(), None, None) is None
+
+
+def test_idle_profile_runs_each_prompt_under_the_profiler(monkeypatch):
+    """On CPU the profiler sees no device events, so each prompt's entry is None; on CUDA the same calls fill it."""
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    fast_check = importlib.import_module("gpu_fast_check")
+    config = get_config("drama3-tiny")
+    engine = build_engine(config, init_weights(config, seed=0, device="cpu"), "cpu")
+    report = fast_check.Report("tiny", [])
+    fast_check.idle_profile(report, engine, config, 3, 2)
+    assert report.stream_idle == {"hello": None, "sentences": None, "voice": None}
