@@ -5,31 +5,20 @@ tests/gpu/test_gpu_codec_first_window_queued.py."""
 from __future__ import annotations
 
 import pytest
-from test_codec_overlap import SCHEDULES, _assert_same_chunks
-from test_cuda_graphs import CFG, GREEDY, REFERENCE, assert_applies_once_on_top_of, load, transformed
+from test_codec_overlap import OVERLAPPED, SCHEDULES, _assert_same_chunks, overlapped_engines
+from test_cuda_graphs import CFG, GREEDY, assert_applies_once_on_top_of
 
-from candidates.repo import engine_files
 from knowledge_base.transforms.codec_first_window_queued import codec_first_window_queued
-from knowledge_base.transforms.codec_overlap import codec_overlap
-from knowledge_base.transforms.cuda_graph_codec import cuda_graph_codec
-from knowledge_base.transforms.cuda_graph_frame import cuda_graph_frame
 from reference_runtime.api import TTSRequest
-from reference_runtime.weights import init_weights
-
-STACK = [cuda_graph_frame, cuda_graph_codec, codec_overlap]
 
 
 @pytest.fixture(scope="module")
 def engines(tmp_path_factory):
-    root = tmp_path_factory.mktemp("first_window")
-    overlapped = transformed(engine_files(REFERENCE), STACK)
-    weights = init_weights(CFG, seed=0, device="cpu")
-    return (load(overlapped, root).build_engine(CFG, weights, "cpu"),
-            load(transformed(overlapped, [codec_first_window_queued]), root).build_engine(CFG, weights, "cpu"))
+    return overlapped_engines(tmp_path_factory.mktemp("first_window"), [codec_first_window_queued])
 
 
 def test_applies_once_on_top_of_codec_overlap():
-    assert_applies_once_on_top_of(codec_first_window_queued, STACK)
+    assert_applies_once_on_top_of(codec_first_window_queued, OVERLAPPED)
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES, ids=("seed", "overlapping"))

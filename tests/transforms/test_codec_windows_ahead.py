@@ -4,34 +4,23 @@ window is queued before the previous one is waited for. The GPU's idle time is s
 from __future__ import annotations
 
 import pytest
-from test_codec_overlap import SCHEDULES, _assert_same_chunks
-from test_cuda_graphs import CFG, GREEDY, REFERENCE, assert_applies_once_on_top_of, load, transformed
+from test_codec_overlap import OVERLAPPED, SCHEDULES, _assert_same_chunks, overlapped_engines
+from test_cuda_graphs import GREEDY, assert_applies_once_on_top_of
 
-from candidates.repo import engine_files
 from knowledge_base.transforms.codec_first_window_queued import codec_first_window_queued
-from knowledge_base.transforms.codec_overlap import codec_overlap
 from knowledge_base.transforms.codec_windows_ahead import codec_windows_ahead
-from knowledge_base.transforms.cuda_graph_codec import cuda_graph_codec
-from knowledge_base.transforms.cuda_graph_frame import cuda_graph_frame
 from reference_runtime.api import TTSRequest
-from reference_runtime.weights import init_weights
-
-STACK = [cuda_graph_frame, cuda_graph_codec, codec_overlap]
 
 
 @pytest.fixture(scope="module")
 def engines(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ahead")
-    overlapped = transformed(engine_files(REFERENCE), STACK)
-    weights = init_weights(CFG, seed=0, device="cpu")
-    return [load(files, root).build_engine(CFG, weights, "cpu")
-            for files in (overlapped, transformed(overlapped, [codec_windows_ahead]),
-                          transformed(overlapped, [codec_first_window_queued, codec_windows_ahead]))]
+    return overlapped_engines(tmp_path_factory.mktemp("ahead"), [codec_windows_ahead],
+                              [codec_first_window_queued, codec_windows_ahead])
 
 
 def test_applies_once_on_top_of_codec_overlap():
-    assert_applies_once_on_top_of(codec_windows_ahead, STACK)
-    assert_applies_once_on_top_of(codec_windows_ahead, [*STACK, codec_first_window_queued])
+    assert_applies_once_on_top_of(codec_windows_ahead, OVERLAPPED)
+    assert_applies_once_on_top_of(codec_windows_ahead, [*OVERLAPPED, codec_first_window_queued])
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES, ids=("seed", "overlapping"))
