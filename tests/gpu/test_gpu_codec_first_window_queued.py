@@ -8,16 +8,11 @@ import time
 
 import pytest
 import torch
-from gpu_engines import config_named
-from test_gpu_codec_overlap import _assert_same_chunks
+from gpu_engines import mid_engines
+from test_gpu_codec_overlap import OVERLAPPED, _assert_same_chunks
 
 from knowledge_base.transforms.codec_first_window_queued import codec_first_window_queued
-from knowledge_base.transforms.codec_overlap import codec_overlap
-from knowledge_base.transforms.cuda_graph_codec import cuda_graph_codec
-from knowledge_base.transforms.cuda_graph_frame import cuda_graph_frame
-from knowledge_base.transforms.inductor_codec import inductor_codec
 from reference_runtime.api import StreamSchedule, TTSRequest
-from reference_runtime.weights import init_weights
 
 pytestmark = pytest.mark.gpu
 
@@ -33,11 +28,8 @@ def _first_chunk_ms(engine, request, schedule) -> float:
 
 
 def test_first_window_queued_gives_the_same_chunks_and_is_timed(load_package):
-    config, device = config_named("drama3-mid"), torch.device("cuda")
-    weights = init_weights(config, seed=0, device=device)
-    stack = [(cuda_graph_frame, {}), (cuda_graph_codec, {}), (inductor_codec, {}), (codec_overlap, {})]
-    overlapped = load_package(stack).build_engine(config, weights, device)
-    queued = load_package(stack + [(codec_first_window_queued, {})]).build_engine(config, weights, device)
+    config, _, overlapped, queued = mid_engines(load_package, OVERLAPPED,
+                                                [*OVERLAPPED, (codec_first_window_queued, {})])
     request = TTSRequest(text="Hello there, this is a streamed test.", max_frames=64, ignore_eos=True, seed=5)
     schedule = StreamSchedule(first_chunk_frames=1, overlap_frames=32)
     for _ in range(2):  # the first streams capture the graphs

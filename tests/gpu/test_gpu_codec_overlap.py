@@ -17,6 +17,9 @@ from reference_runtime.api import StreamSchedule, TTSRequest
 from reference_runtime.weights import init_weights
 
 pytestmark = pytest.mark.gpu
+# the inductor-compiled graphed codec with its later windows beside the frames (the lineage's codec stack)
+INDUCTOR_GRAPH = [(cuda_graph_frame, {}), (cuda_graph_codec, {}), (inductor_codec, {})]
+OVERLAPPED = [*INDUCTOR_GRAPH, (codec_overlap, {})]
 
 
 def _timed_stream(engine, request, schedule):
@@ -58,9 +61,8 @@ def test_windows_whose_graphs_decode_audio_made_first_stream_beside(load_package
     swarm's leap of session 16 crashed here with the inductor-compiled codec)."""
     config, device = config_named("drama3-tiny"), torch.device("cuda")
     weights = init_weights(config, seed=0, device=device)
-    graph = [(cuda_graph_frame, {}), (cuda_graph_codec, {}), (inductor_codec, {})]
-    graphed = load_package(graph).build_engine(config, weights, device)
-    overlapped = load_package(graph + [(codec_overlap, {})]).build_engine(config, weights, device)
+    graphed = load_package(INDUCTOR_GRAPH).build_engine(config, weights, device)
+    overlapped = load_package(OVERLAPPED).build_engine(config, weights, device)
     request = TTSRequest(text="Hello there, this is a streamed test.", max_frames=64, ignore_eos=True, seed=5)
     codes = torch.zeros((config.num_codebooks, 64), dtype=torch.long, device=device)
     for n in range(1, 65):  # every window length's graph, made under decode_audio's inference mode

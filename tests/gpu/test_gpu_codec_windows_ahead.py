@@ -6,27 +6,18 @@ from __future__ import annotations
 import statistics
 
 import pytest
-import torch
-from gpu_engines import config_named
-from test_gpu_codec_overlap import _assert_same_chunks, _timed_stream
+from gpu_engines import mid_engines
+from test_gpu_codec_overlap import OVERLAPPED, _assert_same_chunks, _timed_stream
 
-from knowledge_base.transforms.codec_overlap import codec_overlap
 from knowledge_base.transforms.codec_windows_ahead import codec_windows_ahead
-from knowledge_base.transforms.cuda_graph_codec import cuda_graph_codec
-from knowledge_base.transforms.cuda_graph_frame import cuda_graph_frame
-from knowledge_base.transforms.inductor_codec import inductor_codec
 from reference_runtime.api import StreamSchedule, TTSRequest
-from reference_runtime.weights import init_weights
 
 pytestmark = pytest.mark.gpu
 
 
 def test_windows_ahead_give_the_same_chunks_and_are_timed(load_package):
-    config, device = config_named("drama3-mid"), torch.device("cuda")
-    weights = init_weights(config, seed=0, device=device)
-    stack = [(cuda_graph_frame, {}), (cuda_graph_codec, {}), (inductor_codec, {}), (codec_overlap, {})]
-    engines = {"waiting first": load_package(stack).build_engine(config, weights, device),
-               "queued first": load_package(stack + [(codec_windows_ahead, {})]).build_engine(config, weights, device)}
+    config, _, waiting, ahead = mid_engines(load_package, OVERLAPPED, [*OVERLAPPED, (codec_windows_ahead, {})])
+    engines = {"waiting first": waiting, "queued first": ahead}
     request = TTSRequest(text="Hello there, this is a streamed test.", max_frames=200, ignore_eos=True, seed=5)
     schedule = StreamSchedule(first_chunk_frames=1, overlap_frames=32)
     seconds: dict[str, list[float]] = {name: [] for name in engines}
