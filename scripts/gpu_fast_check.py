@@ -25,6 +25,7 @@ import gc
 import importlib
 import itertools
 import json
+import os
 import random
 import shutil
 import statistics
@@ -45,6 +46,7 @@ from candidates.repo import EngineRepo, engine_files, write_files
 from evaluator.compare import Logits, check_logits
 from evaluator.inputs import random_codes
 from evaluator.profile_summary import self_times
+from evaluator.sandbox import CUBLAS_REPRODUCIBLE
 from knowledge_base import KeptEngine, KnowledgeStore
 from knowledge_base.transforms import TRANSFORMS, NotApplicable
 from knowledge_base.transforms.base import literal
@@ -727,6 +729,7 @@ def follows_arg(text: str) -> tuple[str, ...]:
 
 
 def main() -> None:
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_REPRODUCIBLE)  # as the evaluator's workers run
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="JSON results path")
     parser.add_argument("--engines", default="graph_triton,graph,graph_h5moe,graph_unfused",

@@ -65,6 +65,7 @@ def test_environment_is_scrubbed(probe):
     facts, _, _ = probe
     assert "ANTHROPIC_API_KEY" not in facts["env"] and "OPENAI_API_KEY" not in facts["env"]
     assert "PYTHONPATH" in facts["env"]
+    assert "CUBLAS_WORKSPACE_CONFIG" in facts["env"]  # reproducible cuBLAS with several streams
 
 
 def test_worker_runs_the_targets_cpu_threads(probe, tiny_target):

@@ -10,6 +10,8 @@ from .codec import Codec
 from .codec_graph_params import LADDER, MAX_GRAPH_FRAMES
 from .graph_capture import capture
 
+CAPTURE_PRIORITY = -2  # the frames' streams take priorities 0 (captures, pipelined_frames) and -1 (codec_overlap)
+
 
 def ladder_length(frames: int) -> int:
     """The smallest ladder length >= frames: powers of two, plus 3 * 2^i between them when LADDER is "pow2_3"."""
@@ -26,6 +28,11 @@ class GraphedCodec(Codec):
         super().__init__(c)
         self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]] = {}
         self._pool: tuple | None = None
+        # the codec's own capture stream: its windows may replay beside the frame graphs (codec_overlap), which the
+        # default capture stream recorded, and graphs of one capture stream share a cuBLAS workspace (on an H100,
+        # drama3-mid streams drew other frames from one run to the next). torch hands out streams of one priority
+        # from a pool of 32 in turn, so one of a priority no capture or replay of the frames takes
+        self._capture_stream: torch.cuda.Stream | None = None
 
     def forward(self, codes: torch.Tensor) -> torch.Tensor:  # (B, 10, n) -> (B, n * frame_samples)
         n = codes.shape[-1]
@@ -41,7 +48,8 @@ class GraphedCodec(Codec):
         if length not in self._graphs:
             if self._pool is None:
                 self._pool = torch.cuda.graph_pool_handle()
+                self._capture_stream = torch.cuda.Stream(like.device, priority=CAPTURE_PRIORITY)
             padded = torch.zeros((1, like.shape[1], length), dtype=like.dtype, device=like.device)
-            graph, audio = capture(lambda: Codec.forward(self, padded), self._pool)
+            graph, audio = capture(lambda: Codec.forward(self, padded), self._pool, stream=self._capture_stream)
             self._graphs[length] = (graph, padded, audio)
         return self._graphs[length]
