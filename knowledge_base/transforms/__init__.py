@@ -7,9 +7,7 @@ from .caches import static_caches
 from .cuda import compile_tower, cuda_graph_backbone
 from .codec_channels_last import codec_channels_last
 from .codec_context_trim import codec_context_trim
-from .codec_first_window_queued import codec_first_window_queued
 from .codec_one_frame_attention import codec_one_frame_attention
-from .codec_windows_ahead import codec_windows_ahead
 from .codec_conv_autotune import codec_conv_autotune
 from .codec_overlap import codec_overlap
 from .codec_upsample_channels_last import codec_upsample_channels_last
@@ -54,7 +52,7 @@ ALL: tuple[Transform, ...] = (fp8_dequant_at_build, moe_dispatch, rope_tables, g
                               codec_conv_autotune, codec_channels_last, prefix_moe_cache, triton_deltanet_prep,
                               prefill_first_frame, triton_deltanet_chunks, codec_upsample_channels_last,
                               codec_context_trim, prefix_moe_slots, prefill_state_zero,
-                              codec_first_window_queued, codec_one_frame_attention, codec_windows_ahead)
+                              codec_one_frame_attention)
 TRANSFORMS: dict[str, Transform] = {t.name: t for t in ALL}
 
 __all__ = ["ALL", "TRANSFORMS", "NotApplicable", "Params", "Patch", "Transform"]

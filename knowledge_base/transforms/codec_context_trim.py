@@ -30,7 +30,7 @@ _GRAPH_STORE = """\
         return self._graphs[length]
 """
 _GRAPHS = "        self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]] = {}\n"
-_CAPTURE = "graph, audio = capture(lambda: self._compiled(padded), self._pool)"
+_CAPTURE = "graph, audio = capture(lambda: self._compiled(padded),"  # then the pool (and a stream on new engines)
 _COMPILED = "self._compiled = torch.compile(lambda codes: Codec.forward(self, codes))"
 _DECODE = """\
     def _decode(self, codes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -82,7 +82,7 @@ def _graph_patches(files: Files) -> list[Patch]:
 """),
         replace_once(files, GRAPH, _GRAPHS, _GRAPHS.replace("dict[int,", "dict[tuple[int, int],")),
         replace_once(files, GRAPH, _CAPTURE,
-                     "graph, audio = capture(lambda: self._compiled(padded, keep), self._pool)"),
+                     "graph, audio = capture(lambda: self._compiled(padded, keep),"),
         replace_once(files, GRAPH, _COMPILED,
                      "self._compiled = torch.compile(lambda codes, keep: Codec.forward(self, codes, keep))"),
     ]

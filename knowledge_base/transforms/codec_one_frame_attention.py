@@ -27,13 +27,14 @@ def _apply(files: Files, params: Params) -> list[Patch]:
 
 codec_one_frame_attention = Transform(
     name="codec_one_frame_attention",
-    # an estimate, not a measurement: per codec layer a third of the qkv projection's 6 MB and ~3 of its launches
-    # (RoPE, the attention kernel and its layout copies; session 25's 1-frame profile), ~0.05-0.1 ms of every TTFA
+    # measured on an H100 (session 39, docs/benchmarks.md): the 1-frame window 0.850 -> 0.755 ms at drama3-mid,
+    # 1.052 -> 0.935 ms on the full model's codec; the full model's TTFA moved within its noise (+-0.2 ms of 14-23)
     first_audio={"cuda": 1.004},
     summary="compute the codec transformer's attention on a one-frame window (the stream's first) as its value "
             "projection: the lone key's softmax weight is exactly 1, so q, k, RoPE and the attention kernel go",
     feature="codec",
     devices=frozenset({"cuda"}),
+    proven=frozenset({"cuda"}),
     apply=_apply,
     lesson="Attention over a single key returns its value whatever the query: on a one-frame window (a stream's "
            "first chunk) the query and key projections, RoPE and the attention kernel can be skipped exactly. It "

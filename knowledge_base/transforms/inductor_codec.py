@@ -8,7 +8,7 @@ from .base import Files, Params, Patch, Transform, replace_once
 
 CODEC = "codec_graph.py"
 _POOL = "        self._pool: tuple | None = None\n"
-_CAPTURE = "capture(lambda: Codec.forward(self, padded), self._pool)"
+_CAPTURE = "capture(lambda: Codec.forward(self, padded),"  # the rest of the call differs between engines' ages
 
 
 def _apply(files: Files, params: Params) -> list[Patch]:
@@ -18,7 +18,7 @@ def _apply(files: Files, params: Params) -> list[Patch]:
         # dimension dynamic when it changes), so every later ladder length reuses the second compile
         self._compiled = torch.compile(lambda codes: Codec.forward(self, codes))
 """),
-        replace_once(files, CODEC, _CAPTURE, "capture(lambda: self._compiled(padded), self._pool)"),
+        replace_once(files, CODEC, _CAPTURE, "capture(lambda: self._compiled(padded),"),
     ]
 
 

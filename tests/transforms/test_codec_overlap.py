@@ -18,15 +18,6 @@ from test_cuda_graphs import CFG, GREEDY, REFERENCE, assert_applies_once_on_top_
 
 SCHEDULES = (StreamSchedule(first_chunk_frames=1), StreamSchedule(first_chunk_frames=2, window_ends=(5,),
                                                                    window_stride=3, overlap_frames=2))
-OVERLAPPED = [cuda_graph_frame, cuda_graph_codec, codec_overlap]
-
-
-def overlapped_engines(root, *extras: list) -> list:
-    """codec_overlap's engine, then one per list of transforms applied on top of it, on the same tiny weights."""
-    base = transformed(engine_files(REFERENCE), OVERLAPPED)
-    weights = init_weights(CFG, seed=0, device="cpu")
-    return [load(files, root).build_engine(CFG, weights, "cpu")
-            for files in (base, *(transformed(base, extra) for extra in extras))]
 
 
 @pytest.fixture(scope="module")
