@@ -149,7 +149,9 @@ class Cascade:
         if not evidence and not torch.equal(run.frames, frames):
             f = int((run.frames != frames).any(dim=1).nonzero()[0, 0])
             evidence = [Evidence(check="stream", prompt=label, frame=f,
-                                 message="streamed frames differ from generate's with the same seed")]
+                                 message="streamed frames differ from generate's with the same seed; if the stream "
+                                 "runs work on several CUDA streams at once, they must share no buffer or library "
+                                 "workspace (CUDA graphs captured on one stream share its cuBLAS workspace)")]
         if not evidence and self.schedule.overlap_frames is not None:  # chunks decode windows, not the utterance
             whole = self._audio(self.candidate, frame_codes(frames), deadline)
             evidence = check_waveform("generate", label, audio, whole, self.tol.stream_max_abs, spf)
