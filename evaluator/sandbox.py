@@ -41,11 +41,10 @@ ORACLE_PACKAGE = "reference_runtime.model"
 NEUTRAL_PACKAGE = "engine_under_test"
 PASS_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES",
             "TRITON_PTXAS_PATH", "TORCH_CUDA_ARCH_LIST", "OMP_NUM_THREADS", "CUBLAS_WORKSPACE_CONFIG")
-# cuBLAS picks its kernels by the streams active at the call unless this is set: an engine whose graphs run on two
-# streams (a codec beside the frames) otherwise samples other frames for the same seed from one capture to the next
-# (drama3-mid on an H100 diverged at frame 21 between two copies of one engine, docs/benchmarks.md), and its stream
-# fails the check against its own generate. Every worker (candidate, baseline, oracle) gets it, so timings stay
-# side by side; a judge that sets its own passes it on.
+# cuBLAS documents bitwise-repeatable results with several CUDA streams active only when this is set, and engines
+# run work on two streams (a codec beside the frames); the cascade holds a stream's frames to its own generate's
+# bit for bit. Every worker (candidate, baseline, oracle) gets it, so timings stay side by side; a judge that sets
+# its own passes it on.
 CUBLAS_REPRODUCIBLE = ":4096:8"
 UID_BASE, UID_SPAN = 3_000_000, 1_000_000
 RSS_CHECK_S = 0.25
