@@ -651,7 +651,7 @@ def run_engine(name: str, described: list[str], files: dict[str, str], root: Pat
         if hasattr(engine, "program") and engine.device.type == "cuda" and not args.no_profile:
             graph_stages(report, pkg, engine, config)
             kernel_profile(report, engine, config, follows=args.follow)
-            idle_profile(report, engine, config, args.frames, args.overlaps[-1])
+            idle_profile(report, engine, config, args.frames, args.overlap_frames[-1])  # the last one's stream
         if torch.cuda.is_available():  # the shared weights plus this engine's own peak, not the engines alive before
             report.peak_gib = (torch.cuda.max_memory_allocated() - before + weight_bytes(weights)) / 2**30
     except Exception as e:  # noqa: BLE001 - one engine's failure must not stop the others
@@ -728,6 +728,13 @@ def follows_arg(text: str) -> tuple[str, ...]:
     return follows
 
 
+def overlaps_arg(text: str) -> tuple[int | None, ...]:
+    try:
+        return tuple(None if o == "none" else int(o) for o in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"takes 'none' or frame counts, comma-separated, got {text!r}") from None
+
+
 def main() -> None:
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_REPRODUCIBLE)  # as the evaluator's workers run
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -736,7 +743,7 @@ def main() -> None:
                         help=f"of {sorted(RECIPES)}")
     parser.add_argument("--frames", type=int, default=200, help="frames per timed decode run and stream trial")
     parser.add_argument("--trials", type=int, default=3, help="timed stream trials per engine (after one warm-up)")
-    parser.add_argument("--overlap-frames", default="none",
+    parser.add_argument("--overlap-frames", default="none", type=overlaps_arg,
                         help="codec left context of the streams' later chunks, comma-separated, each timed: 'none' "
                              "(the whole history, as the targets' default) or frames (SGLang-Omni: 32)")
     parser.add_argument("--follow", default="rotation", type=follows_arg,
@@ -768,11 +775,6 @@ def main() -> None:
                              "would propose it on resuming the run that kept it), then the rest")
     args = parser.parse_args()
     names = [e for e in args.engines.split(",") if e]
-    try:
-        overlaps = tuple(None if o == "none" else int(o) for o in args.overlap_frames.split(","))
-        args.overlaps = overlaps  # the last one's stream is profiled for idle time
-    except ValueError:
-        sys.exit(f"--overlap-frames takes 'none' or frame counts, comma-separated, got {args.overlap_frames!r}")
     unknown = [e for e in names if e not in RECIPES]
     if unknown:
         sys.exit(f"unknown engines {unknown} (known: {sorted(RECIPES)})")
@@ -835,7 +837,7 @@ def main() -> None:
         print_table(reports[-1:])
     print(f"--- streams of {', '.join(r.engine for r, _ in alive)}, interleaved "
           f"({time.perf_counter() - started:.0f} s)", flush=True)
-    time_streams(alive, config, args.frames, args.trials, overlaps, args.follow)
+    time_streams(alive, config, args.frames, args.trials, args.overlap_frames, args.follow)
     alive.clear()
     release()
     print_table(reports)
