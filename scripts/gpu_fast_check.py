@@ -7,7 +7,8 @@
 (`--config drama3-tiny --device cpu --frames 8` is a quick dry run of the script itself; graph stages need CUDA.)
 
 One weight dict serves the reference engine and each transformed engine. Per engine: teacher-forced logits vs
-the reference on 2 prompts x 16 frames (the evaluator's check_logits, H200 target tolerances), decode ms/frame
+the reference on 2 prompts x 16 frames (the evaluator's check_logits, H200 target tolerances), whether two seeded
+--frames streams draw generate's frames (the evaluator's stream check at a timed trial's length), decode ms/frame
 (CUDA events and synchronised wall clock), peak memory, and a per-stage breakdown from separately captured stage
 graphs; then, with every transformed engine built and alive, for each of the seed's three prompts the prefill
 time and streaming TTFA (1-frame first chunk), frames/s and RTF over --frames frames, the engines' trials
@@ -175,6 +176,8 @@ class Report:
     transforms: list[str]
     build_s: float | None = None
     correctness: list[Correctness] = field(default_factory=list)
+    # stream_repeats' findings: None where it did not run (the reference), [] where each stream drew generate's frames
+    stream_problems: list[str] | None = None
     decode_ms_events: float | None = None
     decode_ms_wall: float | None = None
     decode_frames_per_s: float | None = None
@@ -356,6 +359,24 @@ def check(engine, oracle: dict, config, tol) -> list[Correctness]:
                                [f"{e.message} (frame {e.frame}, codebook {e.codebook}, value {e.value})"
                                 for e in evidence]))
     return out
+
+
+def stream_repeats(engine, config, frames: int, overlap: int | None, streams: int = 2) -> list[str]:
+    """The evaluator's stream check, longer: a seeded request's streams must each draw generate's frames. A stream
+    whose work on several CUDA streams races (a shared buffer or cuBLAS workspace) parts from generate, at a frame
+    that varies from run to run (session 39: frame 21, past the 8 frames the lease target's gate streams)."""
+    request = replace(bench_requests(config, frames)["sentences"], seed=5)
+    want = engine.generate(request).frames
+    problems = []
+    for i in range(streams):
+        chunks = list(engine.stream(request, StreamSchedule(first_chunk_frames=1, overlap_frames=overlap)))
+        got = torch.cat([c.frames for c in chunks])
+        if not torch.equal(got, want):
+            differs = (got != want).any(dim=1).nonzero() if got.shape == want.shape else None
+            where = f"from frame {int(differs[0])}" if differs is not None else f"{tuple(got.shape)} frames"
+            problems.append(f"stream {i + 1} of {streams} differs from generate {where} ({frames} frames, "
+                            f"overlap {overlap})")
+    return problems
 
 
 def time_decode(report: Report, engine, config, frames: int) -> None:
@@ -646,6 +667,7 @@ def run_engine(name: str, described: list[str], files: dict[str, str], root: Pat
         sync()
         report.build_s = time.perf_counter() - t0
         report.correctness = check(engine, oracle, config, tol)
+        report.stream_problems = stream_repeats(engine, config, args.frames, args.overlap_frames[-1])
         time_decode(report, engine, config, args.frames)
         codec_stages(report, engine, config)
         if hasattr(engine, "program") and engine.device.type == "cuda" and not args.no_profile:
@@ -677,15 +699,16 @@ def fmt(value: float | None, spec: str) -> str:
 
 
 def print_table(reports: list[Report]) -> None:
-    print(f"\n{'engine':<18} {'gate':<5} {'max_err':>8} {'top1':>6} {'ms/frame':>9} {'wall':>7} {'fps':>7} "
-          f"{'sync0':>5} {'peakGiB':>8}")
+    print(f"\n{'engine':<18} {'gate':<5} {'repeat':<6} {'max_err':>8} {'top1':>6} {'ms/frame':>9} {'wall':>7} "
+          f"{'fps':>7} {'sync0':>5} {'peakGiB':>8}")
     for r in reports:
         gate = "-" if not r.correctness else ("ok" if not any(c.problems for c in r.correctness) else "FAIL")
+        repeat = "-" if r.stream_problems is None else ("FAIL" if r.stream_problems else "ok")
         err = max((c.max_abs_err or 0.0 for c in r.correctness), default=None)
         top1 = min((c.top1 or 0.0 for c in r.correctness), default=None)
-        print(f"{r.engine:<18} {gate:<5} {fmt(err, '8.4f')} {fmt(top1, '6.3f')} {fmt(r.decode_ms_events, '9.3f')} "
-              f"{fmt(r.decode_ms_wall, '7.3f')} {fmt(r.decode_frames_per_s, '7.1f')} {r.decode_sync_free!s:>5} "
-              f"{fmt(r.peak_gib, '8.1f')}")
+        print(f"{r.engine:<18} {gate:<5} {repeat:<6} {fmt(err, '8.4f')} {fmt(top1, '6.3f')} "
+              f"{fmt(r.decode_ms_events, '9.3f')} {fmt(r.decode_ms_wall, '7.3f')} {fmt(r.decode_frames_per_s, '7.1f')} "
+              f"{r.decode_sync_free!s:>5} {fmt(r.peak_gib, '8.1f')}")
         if r.frame_gb is not None:
             print(f"    reads {r.frame_gb:.2f} GB a frame: {r.decode_tb_per_s:.2f} TB/s at its decode step")
         for name, t in r.prompts.items():
@@ -717,6 +740,8 @@ def print_table(reports: list[Report]) -> None:
         for c in r.correctness:
             for p in c.problems:
                 print(f"    {c.prompt}: {p}")
+        for p in r.stream_problems or []:
+            print(f"    {p}")
         if r.error:
             print(f"    ERROR: {r.error}")
 

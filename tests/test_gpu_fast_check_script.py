@@ -68,7 +68,7 @@ def test_dry_run_checks_the_best_kept_engine(tmp_path):
     assert reports["kept_plus"]["transforms"] == [f"{kept_id}: same", "deltanet_conv_unfold"]
     assert reports["kept_plus2"]["transforms"] == [f"{kept_id}: same", "deltanet_conv_unfold", "rope_tables"]
     for kept in (reports["kept"], reports["kept_plus"], reports["kept_plus2"]):
-        assert kept["error"] is None
+        assert kept["error"] is None and kept["stream_problems"] == []
         assert kept["correctness"] and not any(c["problems"] for c in kept["correctness"])
         assert sorted(kept["prompts"]) == sorted(f"{p}/rotation" for p in (
             "hello", "hello/overlap2", "sentences", "sentences/overlap2", "voice", "voice/overlap2"))
@@ -311,3 +311,26 @@ def test_idle_profile_runs_each_prompt_under_the_profiler(monkeypatch):
     report = fast_check.Report("tiny", [])
     fast_check.idle_profile(report, engine, config, 3, 2)
     assert report.stream_idle == {"hello": None, "sentences": None, "voice": None}
+
+
+def test_stream_repeats_finds_a_stream_that_parts_from_generate(monkeypatch):
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    fast_check = importlib.import_module("gpu_fast_check")
+    config = get_config("drama3-tiny")
+    engine = build_engine(config, init_weights(config, seed=0, device="cpu"), "cpu")
+    assert fast_check.stream_repeats(engine, config, 6, 2) == []
+    honest = engine.stream
+    calls = []
+
+    def racing(request, schedule):  # the second stream's frames part from frame 4 on
+        calls.append(request)
+        chunks = list(honest(request, schedule))
+        if len(calls) == 2:
+            frames = torch.cat([c.frames for c in chunks])
+            frames[4:, 1] = (frames[4:, 1] + 1) % config.codebook_size
+            chunks = [replace(chunks[0], frames=frames)]
+        return iter(chunks)
+
+    monkeypatch.setattr(engine, "stream", racing)
+    problems = fast_check.stream_repeats(engine, config, 6, 2)
+    assert len(problems) == 1 and problems[0].startswith("stream 2 of 2 differs from generate from frame 4"), problems

@@ -7,9 +7,10 @@ import pytest
 import torch
 
 from evaluator import Status, evaluate
+from evaluator.correctness import stream_check_frames
 from evaluator.sandbox import REFERENCE_DIR, REPO_ROOT
 from evaluator.streams import stream_audio, stream_schedule
-from reference_runtime.api import TTSRequest, frame_codes
+from reference_runtime.api import StreamSchedule, TTSRequest, frame_codes
 from reference_runtime.config import get_config
 from reference_runtime.model import build_engine
 from reference_runtime.weights import init_weights
@@ -76,3 +77,14 @@ def test_a_negative_overlap_is_a_located_target_error(tmp_path):
     path.write_text(text.replace("  first_chunk_frames: 1\n", "  first_chunk_frames: 1\n  stream_overlap_frames: -1\n"))
     with pytest.raises(TargetError, match=r"benchmark\.stream_overlap_frames"):
         load_target(path)
+
+
+@pytest.mark.parametrize("forced, timed, window_ends, want", [
+    (8, 64, (10, 20, 32, 64), 64),  # the lease target: a timed trial's length
+    (32, 200, (10, 20, 32, 64), 65),  # past the last growing window, so its codec work runs beside a frame
+    (3, 5, (10, 20, 32, 64), 5),
+    (12, 24, (), 12),  # no growing windows: the first chunk alone, and the gate's frames are more
+])
+def test_the_stream_check_runs_past_every_growing_window(forced, timed, window_ends, want):
+    schedule = StreamSchedule(first_chunk_frames=1, window_ends=window_ends, overlap_frames=32)
+    assert stream_check_frames(forced, timed, schedule) == want
