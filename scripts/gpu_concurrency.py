@@ -13,7 +13,9 @@ streams, would reach. Every concurrent stream must equal the same instance's str
 the instances share nothing writable. The table gives, per N: the aggregate frames/s (N x frames over the time
 from the common start to the last stream's end, the median over trials), each stream's frames/s and time to
 first audio, and the aggregate's ratio to N = 1, measured in the same process. Instances are built up to the
-largest N, stopping early if the device runs out of memory.
+largest N, stopping early if the device runs out of memory. Streams follow the GPU targets' schedule: a 1-frame
+first chunk, later chunks with 32 frames of codec left context (--overlap-frames; session 22's figures re-decoded
+the whole history).
 """
 from __future__ import annotations
 
@@ -34,8 +36,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 
-from gpu_fast_check import (RECIPES, import_package, kept_record, kept_stack, package_root, recipe_files,  # noqa: E402
-                            release, title_and_files)
+from gpu_fast_check import (RECIPES, import_package, kept_record, kept_stack, overlaps_arg, package_root,  # noqa: E402
+                            recipe_files, release, title_and_files)
 
 from reference_runtime.api import StreamSchedule, TTSRequest  # noqa: E402
 from reference_runtime.bench import bench_requests  # noqa: E402
@@ -133,6 +135,9 @@ def main() -> None:
     parser.add_argument("--streams", default="1,4,16", help="concurrent stream counts, comma-separated")
     parser.add_argument("--prompt", default="sentences", help="benchmark prompt every stream speaks")
     parser.add_argument("--frames", type=int, default=200, help="frames per stream")
+    parser.add_argument("--overlap-frames", default="32", type=overlaps_arg,
+                        help="codec left context of the streams' later chunks: frames (the GPU targets' 32, as "
+                             "SGLang-Omni's streamer) or 'none' (the whole history, as session 22's figures)")
     parser.add_argument("--trials", type=int, default=3, help="timed rounds per stream count (after one warm-up)")
     parser.add_argument("--config", default="drama3", help="model config (drama3-tiny for a dry run)")
     parser.add_argument("--device", default="cuda")
@@ -162,7 +167,9 @@ def main() -> None:
         sys.exit("not even one instance could be built")
     base = bench_requests(config, args.frames)[args.prompt]
     requests = [dataclasses.replace(base, seed=1000 + i) for i in range(len(engines))]
-    schedule = StreamSchedule(first_chunk_frames=1)
+    if len(args.overlap_frames) != 1:
+        sys.exit("--overlap-frames takes one value here")
+    schedule = StreamSchedule(first_chunk_frames=1, overlap_frames=args.overlap_frames[0])
     # alone: the frames every concurrent stream must equal, and each instance's warm-up (lazy captures)
     alone = [serve(e, r, schedule, None).frames for e, r in zip(engines, requests)]
     rows: list[Row] = []
@@ -189,6 +196,7 @@ def main() -> None:
         args.out.write_text(json.dumps({
             "engine": title, "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
             "torch": torch.__version__, "config": config.name, "prompt": args.prompt, "frames": args.frames,
+            "overlap_frames": args.overlap_frames[0],
             "trials": args.trials, "instances": len(engines), "rows": [asdict(x) for x in rows]}, indent=1))
     if not all(r.equal_to_alone for r in rows):
         sys.exit("a concurrent stream differed from the same request served alone: the instances share state")

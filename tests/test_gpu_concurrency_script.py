@@ -19,7 +19,7 @@ def test_dry_run_serves_streams_at_once_and_matches_them_alone(tmp_path):
     report = json.loads(out.read_text())
     assert report["instances"] == 2 and [r["streams"] for r in report["rows"]] == [1, 2]
     assert all(r["equal_to_alone"] and r["aggregate_frames_per_s"] > 0 for r in report["rows"])
-    assert report["rows"][0]["vs_one"] == 1.0
+    assert report["rows"][0]["vs_one"] == 1.0 and report["overlap_frames"] == 32
     assert "2 streams:" in done.stdout
 
 
