@@ -33,7 +33,10 @@ from reference_runtime.tokenizer import load_tokenizer  # noqa: E402
 from reference_runtime.weights import init_weights  # noqa: E402
 
 
-def warm_ms(config_name: str, calls: int) -> dict[str, float]:
+def builder_ms(config_name: str, calls: int, idle_ms: float = 0.0) -> dict[str, float]:
+    """Median ms of `calls` build_rows calls per benchmark prompt, each after the host idled `idle_ms` (0: back to
+    back, warm). Session 40 found this host's first ~0.3 ms after an idle spell run every kind of op (torch, numpy,
+    plain Python) 3-40x slower than back to back, so most of the builder's in-stream time is not its code's."""
     config = get_config(config_name)
     tokenizer = load_tokenizer(config)
     out = {}
@@ -41,25 +44,8 @@ def warm_ms(config_name: str, calls: int) -> dict[str, float]:
         build_rows(config, request, tokenizer)
         times = []
         for _ in range(calls):
-            start = time.perf_counter()
-            build_rows(config, request, tokenizer)
-            times.append(time.perf_counter() - start)
-        out[name] = statistics.median(times) * 1e3
-    return out
-
-
-def after_idle_ms(config_name: str, calls: int, idle_ms: float) -> dict[str, float]:
-    """Each call after a sleep: session 40 found this host's first ~0.3 ms after an idle spell run every kind of op
-    (torch, numpy, plain Python) 3-40x slower than back to back, so most of the builder's in-stream time is not
-    its code's."""
-    config = get_config(config_name)
-    tokenizer = load_tokenizer(config)
-    out = {}
-    for name, request in bench_requests(config, 8).items():
-        build_rows(config, request, tokenizer)
-        times = []
-        for _ in range(calls):
-            time.sleep(idle_ms / 1e3)
+            if idle_ms:
+                time.sleep(idle_ms / 1e3)
             start = time.perf_counter()
             build_rows(config, request, tokenizer)
             times.append(time.perf_counter() - start)
@@ -83,8 +69,8 @@ def main() -> None:
     parser.add_argument("--idle-ms", type=float, default=50.0, help="the sleep before each call of the idle column")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    warm, streamed = warm_ms(args.config, args.calls), in_stream_ms(args.streams)
-    idle = after_idle_ms(args.config, args.streams, args.idle_ms)
+    warm, streamed = builder_ms(args.config, args.calls), in_stream_ms(args.streams)
+    idle = builder_ms(args.config, args.streams, args.idle_ms)
     print(f"{datetime.date.today()} {platform.node()} {platform.processor() or platform.machine()}, "
           f"torch {torch.__version__}")
     print(f"{'prompt':<10} {'warm ms (' + args.config + ')':>20} {f'after {args.idle_ms:g} ms idle':>20} "
