@@ -90,7 +90,7 @@ class Cascade:
         self.config: Drama3Config = get_config(target.model.config)
         self.tol = target.tolerances
         self.schedule = stream_schedule(target.benchmark)
-        self.benchmark_frames = target.benchmark.frames
+        self.stream_frames = stream_check_frames(self.tol.frames, target.benchmark.frames, self.schedule)
         self.tokenizer = load_tokenizer(self.config)
 
     def run(self, deadline: Deadline) -> CorrectnessReport:
@@ -144,8 +144,7 @@ class Cascade:
                                 deadline: Deadline) -> int:
         """Frames equal to the oracle's before the first divergence; then the stream must equal generate over
         stream_check_frames, the same seed continued."""
-        request = replace(request, max_frames=stream_check_frames(self.tol.frames, self.benchmark_frames,
-                                                                  self.schedule))
+        request = replace(request, max_frames=self.stream_frames)
         gen = self._call(self.candidate, "generate", deadline, "generation", request=request)
         frames, audio = tensor_or_none(gen.get("frames")), tensor_or_none(gen.get("audio"))
         n = request.max_frames

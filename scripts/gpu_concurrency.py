@@ -151,6 +151,8 @@ def main() -> None:
         sys.exit(f"unknown recipe {args.recipe!r} (known: reference, {', '.join(sorted(RECIPES))})")
     if args.kept_plus and not args.kept:
         sys.exit("--kept-plus needs --kept")
+    if len(args.overlap_frames) != 1:
+        sys.exit("--overlap-frames takes one value here")
     config, device = get_config(args.config), torch.device(args.device)
     if args.kept:
         record = kept_record(args.kept, config.name)
@@ -167,8 +169,6 @@ def main() -> None:
         sys.exit("not even one instance could be built")
     base = bench_requests(config, args.frames)[args.prompt]
     requests = [dataclasses.replace(base, seed=1000 + i) for i in range(len(engines))]
-    if len(args.overlap_frames) != 1:
-        sys.exit("--overlap-frames takes one value here")
     schedule = StreamSchedule(first_chunk_frames=1, overlap_frames=args.overlap_frames[0])
     # alone: the frames every concurrent stream must equal, and each instance's warm-up (lazy captures)
     alone = [serve(e, r, schedule, None).frames for e, r in zip(engines, requests)]

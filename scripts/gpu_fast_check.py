@@ -362,9 +362,9 @@ def check(engine, oracle: dict, config, tol) -> list[Correctness]:
 
 
 def stream_repeats(engine, config, frames: int, overlap: int | None, streams: int = 2) -> list[str]:
-    """The evaluator's stream check, longer: a seeded request's streams must each draw generate's frames. A stream
-    whose work on several CUDA streams races (a shared buffer or cuBLAS workspace) parts from generate, at a frame
-    that varies from run to run (session 39: frame 21, past the 8 frames the lease target's gate streams)."""
+    """The evaluator's stream check at `frames`: a seeded request's streams must each draw generate's frames. A
+    stream whose work on several CUDA streams races (a shared buffer or cuBLAS workspace) parts from generate, at a
+    frame that varies from run to run (session 39: frame 21 of 64)."""
     request = replace(bench_requests(config, frames)["sentences"], seed=5)
     want = engine.generate(request).frames
     problems = []
