@@ -1,6 +1,7 @@
 """Baseline resolution: "reference", a kept engine id, or "best" (the fastest kept engine for this architecture
 and hardware, preferring this software stack). A kept engine is re-verified on the current hardware and
-software before it becomes a baseline; one that fails is reported, filed as a lesson, and the reference is used.
+software before it becomes a baseline; one that fails is reported, filed as a lesson, and the reference is used,
+unless it ran out of memory: then the machine is too small for it, and the run does not start.
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from candidates import EngineRepo
+from evaluator import Status
 from knowledge_base import REFERENCE_ID, EngineKey, KeptEngine, KnowledgeStore, LessonRecord
 
 from .executor import EvalJob, Executor
@@ -77,6 +79,12 @@ def resolve_baseline(kb: KnowledgeStore, repo: EngineRepo, executor: Executor, *
     if verdict.status.is_correct:
         log.info("kept engine %s re-verified on %s, %s", kept.id, key.hardware, key.software)
         return ResolvedBaseline(kept.id, kept.git_commit, kept, True, verdict.summary)
+    if verdict.status is Status.OOM:
+        # not a fault of the engine: this machine cannot hold it beside the reference, nor would it hold the engines
+        # built on it, so falling back to the reference would spend the budget on another experiment
+        raise BaselineError(f"baseline: kept engine {kept.id} (kept on {kept.key.hardware}) does not fit in memory on "
+                            f"{key.hardware} beside the reference engine that judges it ({verdict.summary[:300]}): "
+                            "run this target on a device with more memory")
     summary = (f"kept engine {kept.id} failed re-verification on {key.hardware} ({key.software}): "
                f"{verdict.status.value}: {verdict.summary}; falling back to the reference")
     log.warning(summary)

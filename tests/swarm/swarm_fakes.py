@@ -81,12 +81,14 @@ class FakeAgent:
 
 class FakeEvaluator:
     """`evaluator.evaluate`'s signature. MISMATCH when the engine's note says "broken" or names a tag in
-    `mismatch_tags`; else CORRECT if asked for correctness only, PASS when the speed ratio clears the target's
-    min_speedup, SLOWER otherwise."""
+    `mismatch_tags`, OOM when it names one in `oom_tags`; else CORRECT if asked for correctness only, PASS when the
+    speed ratio clears the target's min_speedup, SLOWER otherwise."""
 
-    def __init__(self, delay_s: float = 0.0, mismatch_tags: tuple[str, ...] = (), log: Path | None = None):
+    def __init__(self, delay_s: float = 0.0, mismatch_tags: tuple[str, ...] = (), log: Path | None = None,
+                 oom_tags: tuple[str, ...] = ()):
         self.delay_s = delay_s
         self.mismatch_tags = mismatch_tags
+        self.oom_tags = oom_tags
         self.log = log
 
     def _log(self, **record) -> None:
@@ -101,7 +103,12 @@ class FakeEvaluator:
         work_dir.mkdir(parents=True, exist_ok=True)
         speed, note = read_speed(_files(candidate_dir))
         base, _ = read_speed(_files(baseline_dir))
-        verdict = _verdict(candidate_dir, baseline_dir, speed, base, note, target, self.mismatch_tags, calibration)
+        if any(tag in note for tag in self.oom_tags):
+            verdict = Verdict(status=Status.OOM, summary="CUDA out of memory", candidate=str(candidate_dir),
+                              baseline=str(baseline_dir), stage_seconds={"fake": 0.0}, judge=judge_version(target))
+        else:
+            verdict = _verdict(candidate_dir, baseline_dir, speed, base, note, target, self.mismatch_tags,
+                               calibration)
         if correctness_only and verdict.status.is_correct:
             verdict = Verdict(status=Status.CORRECT, summary="correct (not timed)", candidate=verdict.candidate,
                               baseline=verdict.baseline, stage_seconds=verdict.stage_seconds)

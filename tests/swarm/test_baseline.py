@@ -56,6 +56,21 @@ def test_kept_engine_failing_reverification_falls_back_to_the_reference():
     assert any(lesson.candidate_id == kept_id and "re-verification" in lesson.summary for lesson in lessons)
 
 
+def test_kept_engine_out_of_memory_beside_the_reference_starts_no_run():
+    """An engine that does not fit beside the reference is not wrong, the machine is too small (a full-size H200
+    engine on an 80 GB H100): no run from the reference, an error naming the fix, the knowledge base as it was."""
+    kept_id = _keep_one_engine()
+    target = small_target("fifth", baseline=kept_id, budget={"iterations": 1})
+    evaluator = FakeEvaluator(oom_tags=("i001.s00",))
+    with fake_swarm(target, [FakeAgent("e", {})], evaluator) as swarm:
+        runs, lessons = swarm.kb.runs(), swarm.kb.lessons()
+        with pytest.raises(BaselineError, match=f"kept engine {kept_id} .* does not fit in memory on cpu beside the "
+                                                "reference .*CUDA out of memory.*a device with more memory"):
+            swarm.start()
+        assert swarm.kb.runs() == runs and swarm.kb.lessons() == lessons
+        assert [k.id for k in swarm.kb.kept_engines()] == [kept_id]
+
+
 def test_unknown_kept_engine_baseline_names_the_fix():
     target = small_target("fourth", baseline="no-such-engine")
     with fake_swarm(target, [FakeAgent("d", {})]) as swarm, pytest.raises(BaselineError, match="swarm kb list"):
