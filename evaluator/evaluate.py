@@ -97,7 +97,8 @@ class _Evaluation:
             status, summary = self._cascade()
         except WorkerFailure as f:
             if f.role != "candidate":
-                raise EvaluatorError(f"the {f.role} engine failed ({f.status.value}): {f.message}\n{f.log_tail}") from f
+                raise EvaluatorError(f"the {f.role} engine failed ({f.status.value}): {f.message}{_limit_fix(f)}\n"
+                                     f"{f.log_tail}") from f
             status, summary = f.status, f.message
         except Rejected as r:
             status, summary = r.status, r.evidence[0].message if r.evidence else r.status.value
@@ -261,8 +262,22 @@ def _trusted(call, *args):
     """Run a call on a trusted engine (oracle, baseline); its failures are the harness's, not the candidate's."""
     try:
         return call(*args)
-    except (WorkerFailure, Rejected) as e:
-        raise EvaluatorError(f"a trusted engine failed: {e}\n{getattr(e, 'log_tail', '')}") from e
+    except WorkerFailure as e:
+        raise EvaluatorError(f"a trusted engine failed: {e}{_limit_fix(e)}\n{e.log_tail}") from e
+    except Rejected as e:
+        raise EvaluatorError(f"a trusted engine failed: {e}") from e
+
+
+# the target's limit each stage runs under (audit and profile take what the benchmark's limit leaves)
+_STAGE_LIMITS = {"build": "build_s", "baseline_build": "build_s", "correctness": "correctness_s",
+                 "benchmark": "benchmark_s", "audit": "benchmark_s", "profile": "benchmark_s"}
+
+
+def _limit_fix(failure: WorkerFailure) -> str:
+    """A trusted engine that ran out of time is not at fault (the eager reference at full size is slow): the
+    target's limit for that stage is too short."""
+    key = _STAGE_LIMITS.get(failure.stage) if failure.status is Status.TIMEOUT else None
+    return f"; a trusted engine needs longer here: raise timeouts.{key} in the target" if key else ""
 
 
 def _level(pool: Pool, worker: Worker, target: Target, rng: random.Random, deadline: Deadline) -> AudioLevel:

@@ -53,9 +53,10 @@ CATEGORY_STATUS = {"oom": Status.OOM, "cuda_fault": Status.CUDA_FAULT, "violatio
 
 
 class WorkerFailure(Exception):
-    def __init__(self, role: str, status: Status, message: str, log_tail: str = ""):
+    def __init__(self, role: str, status: Status, message: str, log_tail: str = "", stage: str = ""):
         super().__init__(f"{role}: {message}")
         self.role, self.status, self.message, self.log_tail = role, status, message, log_tail
+        self.stage = stage  # the stage whose time limit it ran past (a TIMEOUT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,7 +276,7 @@ class Worker:
         if isinstance(cause, ChannelTimeout):
             self.kill()
             return WorkerFailure(self.role, Status.TIMEOUT, f"ran past the {deadline.stage} time limit "
-                                 f"({deadline.limit_s:g} s)", self.log_tail())
+                                 f"({deadline.limit_s:g} s)", self.log_tail(), deadline.stage)
         if isinstance(cause, ProtocolError):
             self.kill()
             return WorkerFailure(self.role, Status.CHEAT_SUSPECTED, f"garbled result channel: {cause}",

@@ -68,6 +68,26 @@ def test_hang_times_out_without_blocking_the_caller(tiny_target, tmp_path):
     assert time.perf_counter() - started < 30
 
 
+_REQUEST_START = "        rows = build_rows(self.config, request, self.tokenizer).to(self.device)\n"
+SLOW_BASELINES = {  # the stage a kept baseline runs out of time in: its build, or its first timed stream
+    "build_s": {"files": build_engine_body("while True:\n    pass")},
+    "benchmark_s": {"edits": {"engine.py": (_REQUEST_START, "        import time\n        time.sleep(600)\n"
+                                                            + _REQUEST_START)}},
+}
+
+
+@pytest.mark.parametrize("limit", sorted(SLOW_BASELINES))
+def test_a_trusted_engine_out_of_time_names_the_limit_to_raise(limit, tiny_target, tmp_path):
+    """A kept baseline is trusted: running past a stage's limit means the target's limit is too short for it (the
+    eager reference at full size is slow), a harness error naming the key to raise, not a verdict on the candidate."""
+    slow_baseline = make_candidate(tmp_path, name="slow", **SLOW_BASELINES[limit])
+    stage = limit.removesuffix("_s")
+    with pytest.raises(EvaluatorError, match=rf"baseline\b.*ran past the {stage} time limit \(6 s\); a trusted engine "
+                                             rf"needs longer here: raise timeouts.{limit} in the target"):
+        evaluate(REFERENCE_DIR, small_target(tiny_target, **{limit: 6}), baseline_dir=slow_baseline,
+                 work_dir=tmp_path / "work")
+
+
 def test_rss_over_the_memory_limit_is_oom(tiny_target, tmp_path):
     body = "import time, torch\nhog = []\nfor _ in range(48):\n    hog.append(torch.ones(2**26))\n    time.sleep(0.05)"
     candidate = make_candidate(tmp_path, files=build_engine_body(body))
