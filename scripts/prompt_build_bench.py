@@ -35,8 +35,8 @@ from reference_runtime.weights import init_weights  # noqa: E402
 
 def builder_ms(config_name: str, calls: int, idle_ms: float = 0.0) -> dict[str, float]:
     """Median ms of `calls` build_rows calls per benchmark prompt, each after the host idled `idle_ms` (0: back to
-    back, warm). Session 40 found this host's first ~0.3 ms after an idle spell run every kind of op (torch, numpy,
-    plain Python) 3-40x slower than back to back, so most of the builder's in-stream time is not its code's."""
+    back, warm). After an idle spell the host itself runs slower for a while (docs/benchmarks.md, session 40), so
+    the idle column is what a trial's request, arriving after a wait, finds."""
     config = get_config(config_name)
     tokenizer = load_tokenizer(config)
     out = {}

@@ -10,8 +10,8 @@ SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "prompt_build_bench.p
 
 
 def test_prints_each_prompt_warm_after_idle_and_in_a_stream():
-    done = subprocess.run([sys.executable, str(SCRIPT), "--config", "drama3-tiny", "--calls", "3", "--streams", "1", "--idle-ms", "5"],
-                          capture_output=True, text=True, timeout=300, check=False)
+    done = subprocess.run([sys.executable, str(SCRIPT), "--config", "drama3-tiny", "--calls", "3", "--streams", "1",
+                           "--idle-ms", "5"], capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr
     rows = {line.split()[0]: line.split()[1:] for line in done.stdout.splitlines()[2:]}
     assert sorted(rows) == ["hello", "sentences", "voice"]

@@ -103,12 +103,8 @@ class FakeEvaluator:
         work_dir.mkdir(parents=True, exist_ok=True)
         speed, note = read_speed(_files(candidate_dir))
         base, _ = read_speed(_files(baseline_dir))
-        if any(tag in note for tag in self.oom_tags):
-            verdict = Verdict(status=Status.OOM, summary="CUDA out of memory", candidate=str(candidate_dir),
-                              baseline=str(baseline_dir), stage_seconds={"fake": 0.0}, judge=judge_version(target))
-        else:
-            verdict = _verdict(candidate_dir, baseline_dir, speed, base, note, target, self.mismatch_tags,
-                               calibration)
+        verdict = _verdict(candidate_dir, baseline_dir, speed, base, note, target, self.mismatch_tags, self.oom_tags,
+                           calibration)
         if correctness_only and verdict.status.is_correct:
             verdict = Verdict(status=Status.CORRECT, summary="correct (not timed)", candidate=verdict.candidate,
                               baseline=verdict.baseline, stage_seconds=verdict.stage_seconds)
@@ -151,9 +147,11 @@ def _profile(speed: float) -> Profile:
                    total_ms_per_frame=12 / speed, total_calls_per_frame=5.0)
 
 
-def _verdict(candidate_dir, baseline_dir, speed, base, note, target, mismatch_tags, calibration) -> Verdict:
+def _verdict(candidate_dir, baseline_dir, speed, base, note, target, mismatch_tags, oom_tags, calibration) -> Verdict:
     common = dict(candidate=str(candidate_dir), baseline=str(baseline_dir), stage_seconds={"fake": 0.0},
                   judge=judge_version(target))
+    if any(tag in note for tag in oom_tags):
+        return Verdict(status=Status.OOM, summary="CUDA out of memory", **common)
     if "broken" in note or any(tag in note for tag in mismatch_tags):
         return Verdict(status=Status.MISMATCH, summary=f"teacher-forced logits differ ({note})",
                        evidence=[Evidence(check="teacher_forced", message="max |diff| 0.5 at frame 3", frame=3,
